@@ -1,0 +1,32 @@
+# trnsim: two commands do everything — `make demo` and `make test`.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed-stamp
+
+.PHONY: install demo test lint bench clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	touch $(STAMP)
+
+demo: install
+	$(VENV)/bin/trnsim demo
+
+test: install
+	$(PY) -m pytest
+
+lint: install
+	$(PY) -m pip install -q -e '.[test,lint]'
+	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/pyright
+
+bench: install
+	@for b in benchmarks/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+
+clean:
+	rm -rf $(VENV) build src/*.egg-info .pytest_cache

@@ -1,0 +1,19 @@
+"""trnsim: Trainium3 in software.
+
+Layers, lowest first (imports point one way): errors/config → numerics → hw → (isa → sim → dsl/kernels →
+frontend/ir → compiler → runtime) → fabric → cluster → cli/report. See ARCHITECTURE.md.
+"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+from trnsim.errors import ArtifactError as ArtifactError
+from trnsim.errors import CacheError as CacheError
+from trnsim.errors import CompileError as CompileError
+from trnsim.errors import ConfigError as ConfigError
+from trnsim.errors import NumericsError as NumericsError
+from trnsim.errors import SimError as SimError
+from trnsim.errors import SpecError as SpecError
+from trnsim.errors import TrnsimError as TrnsimError
+from trnsim.errors import UnsupportedError as UnsupportedError

@@ -1,0 +1,66 @@
+"""The ``trnsim`` command. Each subcommand lives in its own module and registers itself in COMMANDS.
+
+A ``TrnsimError`` becomes a short message on stderr and exit code 2; nothing else is caught, since any
+other exception escaping is a bug we want to see.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from importlib import import_module
+
+from trnsim import __version__
+from trnsim.config import help_text
+from trnsim.errors import TrnsimError
+
+# Subcommand name -> module under trnsim.cli that defines `register(subparsers)`; imported lazily so that
+# `trnsim --help` stays fast and a broken optional command cannot break the others.
+COMMANDS: dict[str, str] = {
+    "hw": "trnsim.cli.hw",
+    "numerics": "trnsim.cli.numerics",
+    "demo": "trnsim.cli.demo",
+}
+
+EPILOG = """examples:
+  trnsim hw list
+  trnsim hw compare trn3 trn2 h200 b200
+  trnsim numerics quantize --format mxfp6_e2m3 0.1 1.0 3.14159 -7.9
+  trnsim demo
+
+""" + help_text()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="trnsim",
+        description="Trainium3 in software: hardware specs, bit-exact numerics, and (soon) the whole stack.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"trnsim {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for module in COMMANDS.values():
+        import_module(module).register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    handler: Callable[[argparse.Namespace], int] | None = getattr(args, "handler", None)
+    if handler is None:
+        parser.print_help()
+        return 0
+    try:
+        return handler(args)
+    except TrnsimError as exc:
+        print(f"trnsim: error: {exc}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:  # `trnsim hw list | head`
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
