@@ -109,7 +109,7 @@ def quantize_element(
     """Round float32/float64 ``x`` to the element format ``fmt`` (values returned as float32)."""
     check_rounding(rounding)
     if fmt is FP32 and x.dtype == np.float32:
-        return x.copy()
+        return np.clip(x, -fmt.max, fmt.max) if saturate else x.copy()
     if x.dtype == np.float32 and rounding != "stochastic":
         if fmt.bits <= 8:
             return gather_classes(x, class_tables(fmt, rounding, saturate)[0])
