@@ -277,14 +277,21 @@ def _mx_blocks_fast(
     def work(start: int, stop: int) -> None:
         blk, o = rows[start:stop], out[start:stop]
         amax_bits = np.bitwise_and(blk.view(np.uint32), 0x7FFFFFFF).max(axis=1)  # NaN/inf sort on top
-        se = np.clip((amax_bits >> 23).astype(np.int32) - 127 - elem.emax, SCALE_MIN, SCALE_MAX)
-        se[amax_bits >= 0x7F800000] = SCALE_NAN
-        np.multiply(blk, _pow2(-np.minimum(se, SCALE_MAX))[:, None, :], out=o)
+        e_field = (amax_bits >> 23).view(np.int32)  # floor(log2 amax) + 127; 0 for zero/subnormal
+        se = np.maximum(e_field - (127 + elem.emax), SCALE_MIN)  # finite: e_field <= 254, so se < 127
+        # NOTE: 2^-se = 2^(127 - se - 127) stays a normal float32 since se >= -127 and se <= 127 - emax
+        np.multiply(blk, ((127 - se) << 23).view(np.float32)[:, None, :], out=o)
         take_classes(o, table, o)
+        nonfinite = e_field == 255
+        if nonfinite.any():
+            se[nonfinite] = SCALE_NAN
         if dequantize:
-            np.multiply(o, _pow2(se, np.float32)[:, None, :], out=o)
-        elif (se == SCALE_NAN).any():
-            o[np.broadcast_to((se == SCALE_NAN)[:, None, :], o.shape)] = 0.0
+            scale = ((127 + se) << 23).view(np.float32)
+            if (se == SCALE_MIN).any() or nonfinite.any():  # 2^-127 is subnormal; NaN scale
+                scale = _pow2(se)
+            np.multiply(o, scale[:, None, :], out=o)
+        elif nonfinite.any():
+            o[np.broadcast_to(nonfinite[:, None, :], o.shape)] = 0.0
         se_all[start:stop] = se
 
     for_chunks(rows.shape[0], max(1, CHUNK // (k * post)), work)
