@@ -17,7 +17,9 @@ def _once(fn: Callable[[], object]) -> float:
     return time.perf_counter() - start
 
 
-def ratio(candidate: Callable[[], object], baseline: Callable[[], object], rounds: int = 7) -> tuple[float, float, float]:
+def ratio(
+    candidate: Callable[[], object], baseline: Callable[[], object], rounds: int = 7
+) -> tuple[float, float, float]:
     """(median ratio, median candidate seconds, median baseline seconds) over interleaved rounds."""
     candidate()
     baseline()  # warm caches, tables and thread pools

@@ -12,9 +12,8 @@ import ml_dtypes
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _timing import ratio, report  # noqa: E402
-
-import trnsim.numerics as tn  # noqa: E402
+import trnsim.numerics as tn
+from _timing import ratio, report
 
 
 def main() -> int:

@@ -43,7 +43,7 @@ def test_every_code_decodes_and_reencodes(fmt: FloatFormat) -> None:
     assert np.array_equal(tn.encode(values, fmt, saturate=False), codes)
 
 
-@pytest.mark.parametrize("fmt", SMALL + [tn.get_format("bf16"), tn.get_format("fp16")], ids=lambda f: f.name)
+@pytest.mark.parametrize("fmt", [*SMALL, tn.get_format("bf16"), tn.get_format("fp16")], ids=lambda f: f.name)
 def test_decode_matches_ml_dtypes_bit_for_bit(fmt: FloatFormat) -> None:
     codes = np.arange(1 << fmt.bits, dtype=fmt.code_dtype)
     ours = tn.decode(codes, fmt)

@@ -12,7 +12,7 @@ expected. ``trnsim --help`` lists every knob from this table.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -98,7 +98,7 @@ class Settings:
         return knob.read()
 
     @contextmanager
-    def override(self, **values: str) -> Iterator[None]:
+    def override(self, **values: str) -> Generator[None]:
         """Temporarily set knobs (by name) to raw string values, as if from the environment."""
         saved: dict[str, str | None] = {}
         try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from collections.abc import Sequence
@@ -11,6 +12,9 @@ from rich.console import Console
 from rich.table import Table
 
 from trnsim.config import settings
+
+# What each subcommand module's `register` receives (argparse keeps the class name private).
+SubParsers = argparse._SubParsersAction[argparse.ArgumentParser]  # pyright: ignore[reportPrivateUsage]
 
 
 def console() -> Console:

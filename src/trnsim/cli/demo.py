@@ -10,7 +10,7 @@ from collections.abc import Callable
 import numpy as np
 
 import trnsim.numerics as tn
-from trnsim.cli._output import console, print_table
+from trnsim.cli._output import SubParsers, console, print_table
 
 DEMO_TARGETS = ("trn3", "trn3-aws", "trn2", "h200", "b200")
 
@@ -97,7 +97,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(sub: SubParsers) -> None:
     p = sub.add_parser("demo", help="a short tour: hardware specs and low-precision numerics",
                        description="A short tour of trnsim: the chips side by side, then the number formats.",
                        epilog="example: trnsim demo")

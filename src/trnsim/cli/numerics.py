@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 import trnsim.numerics as tn
-from trnsim.cli._output import fmt_float, print_json, print_table
+from trnsim.cli._output import SubParsers, fmt_float, print_json, print_table
 from trnsim.errors import NumericsError
 from trnsim.numerics.formats import FloatFormat, IntFormat, MXFormat
 from trnsim.numerics.rounding import ROUNDING
@@ -23,7 +23,7 @@ def _format_row(f: tn.Format) -> dict[str, Any]:
     elif isinstance(f, MXFormat):
         row |= {"element": f.element.name, "block": f.block, "scale": f.scale.name,
                 "bits_per_value": f.bits_per_value, "max": f.element.max * 2.0**127}
-    elif isinstance(f, IntFormat):
+    else:
         row |= {"min": f.min, "max": f.max}
     return row
 
@@ -86,7 +86,7 @@ def cmd_quantize(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(sub: SubParsers) -> None:
     p = sub.add_parser("numerics", help="number formats and bit-exact quantization",
                        description="Number formats and bit-exact quantization.",
                        epilog="example: trnsim numerics quantize --format fp8_e4m3 0.1 1.0625 500",

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -54,13 +55,15 @@ class IntQuantized:
         return pack_codes(self.values.astype(np.uint8) & ((1 << self.format.bits) - 1), self.format.bits)
 
 
-def _grouped(x: NDArray, axis: int, group: int) -> NDArray:
+def _grouped(x: NDArray[Any], axis: int, group: int) -> NDArray[Any]:
     """View ``x`` with ``axis`` moved last and split into (n_groups, group)."""
     moved = np.moveaxis(x, axis, -1)
     return moved.reshape(*moved.shape[:-1], moved.shape[-1] // group, group)
 
 
-def _reduce_for(granularity: str, x: NDArray, axis: int | None, group: int | None) -> tuple[NDArray, NDArray]:
+def _reduce_for(
+    granularity: str, x: NDArray[Any], axis: int | None, group: int | None
+) -> tuple[NDArray[Any], NDArray[Any]]:
     """Per-scale min and max of ``x`` for the granularity (keepdims-shaped, or grouped)."""
     if granularity == "tensor":
         return np.min(x, keepdims=True), np.max(x, keepdims=True)
@@ -76,7 +79,7 @@ def _reduce_for(granularity: str, x: NDArray, axis: int | None, group: int | Non
 GRANULARITIES = ("tensor", "channel", "group")
 
 
-def _scales(lo: NDArray, hi: NDArray, fmt: IntFormat, symmetric: bool) -> tuple[NDArray, NDArray]:
+def _scales(lo: NDArray[Any], hi: NDArray[Any], fmt: IntFormat, symmetric: bool) -> tuple[NDArray[Any], NDArray[Any]]:
     if symmetric:
         amax = np.maximum(np.abs(lo), np.abs(hi))
         scale = np.where(amax > 0, amax / fmt.max, 1.0)
@@ -87,7 +90,7 @@ def _scales(lo: NDArray, hi: NDArray, fmt: IntFormat, symmetric: bool) -> tuple[
     return scale, zp
 
 
-_QUANT_ROUND: Callable[[NDArray], NDArray] = np.rint  # round half to even
+_QUANT_ROUND: Callable[[NDArray[Any]], NDArray[Any]] = np.rint  # round half to even
 
 
 def quantize_int(

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -184,7 +185,7 @@ def _blocked(arr: NDArray[np.floating], ax: int, k: int) -> NDArray[np.floating]
     return np.ascontiguousarray(arr).reshape(pre, arr.shape[ax] // k, k, post)
 
 
-def _unblocked(b4: NDArray, shape: tuple[int, ...], ax: int) -> NDArray:
+def _unblocked(b4: NDArray[Any], shape: tuple[int, ...], ax: int) -> NDArray[Any]:
     padded = list(shape)
     padded[ax] = b4.shape[1] * b4.shape[2]
     out = b4.reshape(padded)
@@ -197,7 +198,7 @@ def _scale_shape(shape: tuple[int, ...], ax: int, k: int) -> tuple[int, ...]:
     return tuple(s)
 
 
-def _prepare(x: ArrayLike, fmt: str | Format, axis: int, block: int | None) -> tuple[MXFormat, NDArray, int]:
+def _prepare(x: ArrayLike, fmt: str | Format, axis: int, block: int | None) -> tuple[MXFormat, NDArray[Any], int]:
     mxf = _mx_format(fmt)
     if block is not None and block != mxf.block:
         if block < 1:
@@ -258,7 +259,7 @@ def _mx_blocks(
     rng = make_rng(seed) if rounding == "stochastic" else None
     elements = quantize_element(scaled, elem, rounding=rounding, saturate=True, rng=rng)
     if dequantize:
-        return elements * _pow2(se, np.float32)[:, :, None, :], se
+        return (elements * _pow2(se, np.float32)[:, :, None, :]).astype(np.float32), se
     elements[np.broadcast_to((se == SCALE_NAN)[:, :, None, :], elements.shape)] = 0.0
     return elements, se
 

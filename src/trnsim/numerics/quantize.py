@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -34,7 +35,7 @@ def as_float_array(x: ArrayLike) -> NDArray[np.floating]:
     """float32 or float64 view of ``x``: narrower floats widen exactly; integers go to float64 (exact to
     2^53) so that they are rounded once."""
     arr = np.asarray(x)
-    if arr.dtype in (np.float32, np.float64):
+    if arr.dtype == np.float32 or arr.dtype == np.float64:
         return arr
     if arr.dtype.kind in "iub":
         return arr.astype(np.float64)
@@ -56,21 +57,21 @@ def _class_index(u: NDArray[np.uint32], out: NDArray[np.uint32]) -> NDArray[np.u
 
 
 @functools.cache
-def class_tables(fmt: FloatFormat, rounding: str, saturate: bool) -> tuple[NDArray[np.float32], NDArray]:
+def class_tables(fmt: FloatFormat, rounding: str, saturate: bool) -> tuple[NDArray[np.float32], NDArray[Any]]:
     """Value and code of each of the 2^17 rounding classes of float32, for a ≤8-bit format."""
     reps = (np.arange(1 << (32 - _STICKY_BITS), dtype=np.uint32) << _STICKY_BITS).view(np.float32)
     values = round_to_format(reps, fmt, rounding=rounding, saturate=saturate)
     return values, encode_exact(values, fmt)
 
 
-def take_classes(x32: NDArray[np.float32], table: NDArray, out: NDArray) -> None:
+def take_classes(x32: NDArray[np.float32], table: NDArray[Any], out: NDArray[Any]) -> None:
     """``out[:] = table[class(x32)]`` for one contiguous chunk (``out`` may alias ``x32``)."""
     u = x32.reshape(-1).view(np.uint32)
     idx = _class_index(u, np.empty(u.size, dtype=np.uint32))
     np.take(table, idx, mode="wrap", out=out.reshape(-1))
 
 
-def gather_classes(x32: NDArray[np.float32], table: NDArray) -> NDArray:
+def gather_classes(x32: NDArray[np.float32], table: NDArray[Any]) -> NDArray[Any]:
     """``table[class(x)]`` for every element, chunk by chunk on all cores."""
     flat = np.ascontiguousarray(x32).reshape(-1)
     res = np.empty(flat.shape, dtype=table.dtype)
@@ -161,7 +162,7 @@ def quantize(
     return quantize_element(arr, f, rounding=rounding, saturate=saturate, rng=rng)
 
 
-def encode_exact(values: NDArray[np.float32], fmt: FloatFormat) -> NDArray:
+def encode_exact(values: NDArray[np.float32], fmt: FloatFormat) -> NDArray[Any]:
     """Bit codes of values already representable in ``fmt`` (NaN payloads kept where they fit)."""
     with np.errstate(invalid="ignore"):  # widening a signalling NaN; its payload is read from the bits
         v = values.astype(np.float64)
@@ -171,8 +172,8 @@ def encode_exact(values: NDArray[np.float32], fmt: FloatFormat) -> NDArray:
     e = exp.astype(np.int64) - 1
     normal = (e >= fmt.emin) & np.isfinite(mag) & (mag > 0)
     E = np.where(normal, e + fmt.bias, 0)
-    M = np.where(normal, (mant * 2.0 - 1.0) * (1 << m), np.where(np.isfinite(mag), mag / fmt.min_subnormal, 0))
-    M = M.astype(np.int64)
+    frac = np.where(normal, (mant * 2.0 - 1.0) * (1 << m), np.where(np.isfinite(mag), mag / fmt.min_subnormal, 0))
+    M = frac.astype(np.int64)
     top = (1 << fmt.exp_bits) - 1
     inf_code = top << m
     nan_payload = (values.view(np.uint32).astype(np.int64) >> (23 - m)) & ((1 << m) - 1)
@@ -189,7 +190,7 @@ def encode_exact(values: NDArray[np.float32], fmt: FloatFormat) -> NDArray:
     return code.astype(fmt.code_dtype)
 
 
-def encode(x: ArrayLike, fmt: str | Format, rounding: str = "rne", saturate: bool = True) -> NDArray:
+def encode(x: ArrayLike, fmt: str | Format, rounding: str = "rne", saturate: bool = True) -> NDArray[Any]:
     """Bit codes (uint8 for ≤8-bit formats, uint16 for 16-bit, uint32 for tf32/fp32) of ``x`` rounded to the
     element format ``fmt``. Sub-byte codes occupy the low bits of each byte (as ml_dtypes stores them)."""
     f = float_format(fmt)
@@ -224,7 +225,7 @@ def _decode_formula(codes: NDArray[np.int64], fmt: FloatFormat) -> NDArray[np.fl
     else:
         mag = np.ldexp(1.0 + M / (1 << m), (E - fmt.bias).astype(np.int32))
     top = (1 << fmt.exp_bits) - 1
-    is_special = {"ieee": E == top, "fn": (E == top) & (M == (1 << m) - 1), "none": np.zeros(codes.shape, bool)}
+    is_special = {"ieee": top == E, "fn": (top == E) & ((1 << m) - 1 == M), "none": np.zeros(codes.shape, bool)}
     special = is_special[fmt.nan]
     # NaN payload: the code's mantissa moves to the top of the float32 mantissa, as a widening cast does
     # (a NaN code without mantissa bits, E8M0's 0xFF, becomes the canonical quiet NaN)

@@ -11,6 +11,7 @@ with fewer than ``n`` nonzeros is filled with its lowest-index zeros, as CUTLASS
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -21,7 +22,7 @@ from trnsim.numerics.packing import pack_codes, unpack_codes
 PATTERNS = ((2, 4), (4, 8), (1, 2), (1, 4), (2, 8))  # accepted (n, m); 2:4 and 4:8 are the accelerated ones
 
 
-def _check(w: NDArray, n: int, m: int, axis: int) -> int:
+def _check(w: NDArray[Any], n: int, m: int, axis: int) -> int:
     if (n, m) not in PATTERNS:
         raise NumericsError(
             f"unsupported sparsity pattern {n}:{m}",
@@ -40,23 +41,23 @@ def _check(w: NDArray, n: int, m: int, axis: int) -> int:
     return ax
 
 
-def _groups(w: NDArray, ax: int, m: int) -> NDArray:
+def _groups(w: NDArray[Any], ax: int, m: int) -> NDArray[Any]:
     moved = np.moveaxis(w, ax, -1)
     return moved.reshape(*moved.shape[:-1], moved.shape[-1] // m, m)
 
 
-def _ungroup(g: NDArray, ax: int) -> NDArray:
+def _ungroup(g: NDArray[Any], ax: int) -> NDArray[Any]:
     return np.moveaxis(g.reshape(*g.shape[:-2], -1), -1, ax)
 
 
-def _kept_positions(groups: NDArray, n: int) -> NDArray[np.int64]:
+def _kept_positions(groups: NDArray[Any], n: int) -> NDArray[np.int64]:
     """Positions (ascending) of the n largest magnitudes in each group; ties → lower index first."""
     mag = np.abs(groups.astype(np.float64))
     order = np.argsort(-mag, axis=-1, kind="stable")[..., :n]
     return np.sort(order, axis=-1)
 
 
-def prune(w: ArrayLike, n: int = 2, m: int = 4, axis: int = -1) -> NDArray:
+def prune(w: ArrayLike, n: int = 2, m: int = 4, axis: int = -1) -> NDArray[Any]:
     """Zero all but the ``n`` largest-magnitude elements of every ``m`` consecutive along ``axis``."""
     arr = np.asarray(w)
     ax = _check(arr, n, m, axis)
@@ -96,7 +97,7 @@ class SparseMetadata:
         return pos.reshape(*moved[:-1], moved[-1] // self.m, self.n)
 
 
-def compress(w: ArrayLike, n: int = 2, m: int = 4, axis: int = -1) -> tuple[NDArray, SparseMetadata]:
+def compress(w: ArrayLike, n: int = 2, m: int = 4, axis: int = -1) -> tuple[NDArray[Any], SparseMetadata]:
     """Split an N:M-sparse tensor into its kept values (``axis`` shrunk by n/m) and packed positions.
 
     Raises ``NumericsError`` if some group has more than ``n`` nonzeros: compressing would lose them."""
@@ -117,7 +118,7 @@ def compress(w: ArrayLike, n: int = 2, m: int = 4, axis: int = -1) -> tuple[NDAr
     return values, meta
 
 
-def decompress(values: ArrayLike, meta: SparseMetadata) -> NDArray:
+def decompress(values: ArrayLike, meta: SparseMetadata) -> NDArray[Any]:
     """Rebuild the dense tensor from ``compress``'s output."""
     vals = np.asarray(values)
     expected = list(meta.shape)
