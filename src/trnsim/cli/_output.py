@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
 
 from trnsim.config import settings
 
-# What each subcommand module's `register` receives (argparse keeps the class name private).
-SubParsers = argparse._SubParsersAction[argparse.ArgumentParser]  # pyright: ignore[reportPrivateUsage]
+if TYPE_CHECKING:
+    import argparse
+
+    # What each subcommand's `register` receives (argparse keeps the class private and, on Python 3.11,
+    # not subscriptable at run time: hence only for the type checker).
+    SubParsers = argparse._SubParsersAction[argparse.ArgumentParser]  # pyright: ignore[reportPrivateUsage]
 
 
 def console() -> Console:

@@ -6,11 +6,15 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 import trnsim.numerics as tn
-from trnsim.cli._output import SubParsers, console, print_table
+from trnsim.cli._output import console, print_table
+
+if TYPE_CHECKING:
+    from trnsim.cli._output import SubParsers
 
 DEMO_TARGETS = ("trn3", "trn3-aws", "trn2", "h200", "b200")
 

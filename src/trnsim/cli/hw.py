@@ -21,6 +21,9 @@ from trnsim.hw.schema import flatten
 from trnsim.hw.sheet import sheet, sheet_json
 from trnsim.hw.units import format_quantity
 
+if TYPE_CHECKING:
+    from trnsim.cli._output import SubParsers
+
 LIST_EPILOG = """example:
   trnsim hw list
   trnsim hw list --json | python -m json.tool
@@ -37,11 +40,7 @@ COMPARE_EPILOG = """examples:
 """
 
 
-if TYPE_CHECKING:  # argparse's subparser type is private and not subscriptable at run time
-    Subparsers = argparse._SubParsersAction[argparse.ArgumentParser]  # pyright: ignore[reportPrivateUsage]
-
-
-def register(subparsers: Subparsers) -> None:
+def register(subparsers: SubParsers) -> None:
     """Add ``hw`` and its subcommands to the top-level parser."""
     parser = subparsers.add_parser(
         "hw", help="hardware presets: list, show, compare",
@@ -65,7 +64,7 @@ def register(subparsers: Subparsers) -> None:
     p.set_defaults(handler=cmd_compare)
 
 
-def _sub(sub: Subparsers, name: str, help_text: str, epilog: str) -> argparse.ArgumentParser:
+def _sub(sub: SubParsers, name: str, help_text: str, epilog: str) -> argparse.ArgumentParser:
     p = sub.add_parser(name, help=help_text, description=help_text[0].upper() + help_text[1:] + ".",
                        epilog=epilog, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--json", action="store_true", help="print JSON (SI base units) instead of a table")

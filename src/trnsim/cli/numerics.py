@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 import trnsim.numerics as tn
-from trnsim.cli._output import SubParsers, fmt_float, print_json, print_table
+from trnsim.cli._output import fmt_float, print_json, print_table
 from trnsim.errors import NumericsError
 from trnsim.numerics.formats import FloatFormat, IntFormat, MXFormat
 from trnsim.numerics.rounding import ROUNDING
+
+if TYPE_CHECKING:
+    from trnsim.cli._output import SubParsers
 
 
 def _format_row(f: tn.Format) -> dict[str, Any]:
