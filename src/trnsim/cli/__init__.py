@@ -41,7 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"trnsim {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for module in COMMANDS.values():
+    for module in dict.fromkeys(COMMANDS.values()):  # a module may define several commands
         import_module(module).register(sub)
     return parser
 
