@@ -186,3 +186,14 @@ def test_dequantized_error_is_bounded(rows: int, cols: int, name: str, scale_exp
     err = np.abs(mx.dequantize().astype(np.float64) - x)
     ok = (err <= spacing / 2 * (1 + 1e-12)) | (scaled > el.max)
     assert ok.all()
+
+
+def test_other_block_sizes() -> None:
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((6, 48)).astype(np.float32)
+    mx16 = tn.mx_quantize(x, "mxfp8_e4m3", block=16)
+    assert mx16.scale_exponents.shape == (6, 3)
+    rows = tn.mx_quantize(x.reshape(18, 16), "mxfp8_e4m3", block=16)
+    assert np.array_equal(mx16.dequantize(), rows.dequantize().reshape(6, 48))
+    with pytest.raises(NumericsError, match="positive"):
+        tn.mx_quantize(x, "mxfp8_e4m3", block=0)

@@ -214,7 +214,7 @@ def mx_quantize(
     x: ArrayLike,
     fmt: str | Format,
     axis: int = -1,
-    block: int | None = None,
+    block: int = 32,
     *,
     scale_rule: str = "floor",
     rounding: str = "rne",
