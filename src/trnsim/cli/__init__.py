@@ -21,6 +21,7 @@ COMMANDS: dict[str, str] = {
     "hw": "trnsim.cli.hw",
     "numerics": "trnsim.cli.numerics",
     "demo": "trnsim.cli.demo",
+    "fabric": "trnsim.cli.fabric",
 }
 
 EPILOG = """examples:
