@@ -1,0 +1,139 @@
+"""Operator tables: every ALU op, reduction and activation function the engines offer, name → semantics.
+
+The functions here *are* the semantics (the simulator calls them; the verifier and the text form use the
+names). Arithmetic ops take and return float32 arrays, as Vector/Scalar/GpSimd compute in fp32; bitwise
+ops act on the int64 values of integer operands (the verifier rejects them on float dtypes).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+from numpy.typing import NDArray
+
+F32 = NDArray[np.float32]
+Binary = Callable[[NDArray[Any], NDArray[Any]], NDArray[Any]]
+OpKind = Literal["arith", "compare", "bitwise"]
+
+
+@dataclass(frozen=True)
+class AluOp:
+    """``out = fn(a, b)``; ``kind`` says which operand types it accepts (bitwise: integers only)."""
+
+    name: str
+    fn: Binary
+    kind: OpKind = "arith"
+
+
+def _f32(fn: Callable[[Any, Any], Any]) -> Binary:
+    def apply(a: NDArray[Any], b: NDArray[Any]) -> NDArray[Any]:
+        with np.errstate(all="ignore"):  # inf/NaN results are data, as on the hardware
+            return np.asarray(fn(a, b), dtype=np.float32)
+    return apply
+
+
+def _cmp(fn: Callable[[Any, Any], Any]) -> Binary:
+    return _f32(lambda a, b: fn(a, b).astype(np.float32))  # 1.0 where true, 0.0 where false
+
+
+def _int(fn: Callable[[Any, Any], Any]) -> Binary:
+    return lambda a, b: np.asarray(fn(a.astype(np.int64), b.astype(np.int64)), dtype=np.int64)
+
+
+ALU_OPS: dict[str, AluOp] = {
+    op.name: op
+    for op in (
+        AluOp("add", _f32(np.add)),
+        AluOp("sub", _f32(np.subtract)),
+        AluOp("mul", _f32(np.multiply)),
+        AluOp("div", _f32(np.divide)),
+        AluOp("max", _f32(np.maximum)),
+        AluOp("min", _f32(np.minimum)),
+        AluOp("pow", _f32(np.power)),
+        AluOp("mod", _f32(np.fmod)),
+        AluOp("abs_max", _f32(lambda a, b: np.maximum(np.abs(a), np.abs(b)))),
+        AluOp("bypass", _f32(lambda a, b: a + np.zeros_like(b))),  # keep the data operand
+        AluOp("eq", _cmp(np.equal), "compare"),
+        AluOp("ne", _cmp(np.not_equal), "compare"),
+        AluOp("gt", _cmp(np.greater), "compare"),
+        AluOp("ge", _cmp(np.greater_equal), "compare"),
+        AluOp("lt", _cmp(np.less), "compare"),
+        AluOp("le", _cmp(np.less_equal), "compare"),
+        AluOp("and", _int(np.bitwise_and), "bitwise"),
+        AluOp("or", _int(np.bitwise_or), "bitwise"),
+        AluOp("xor", _int(np.bitwise_xor), "bitwise"),
+        AluOp("shl", _int(np.left_shift), "bitwise"),
+        AluOp("shr", _int(np.right_shift), "bitwise"),  # arithmetic shift on the signed value
+    )
+}
+
+
+@dataclass(frozen=True)
+class ReduceOp:
+    """A reduction ``ufunc.reduce`` over axes; bitwise ones need integer operands."""
+
+    name: str
+    ufunc: np.ufunc
+    kind: OpKind = "arith"
+
+
+REDUCE_OPS: dict[str, ReduceOp] = {
+    r.name: r
+    for r in (
+        ReduceOp("add", np.add),
+        ReduceOp("max", np.maximum),
+        ReduceOp("min", np.minimum),
+        ReduceOp("mul", np.multiply),
+        ReduceOp("and", np.bitwise_and, "bitwise"),
+        ReduceOp("or", np.bitwise_or, "bitwise"),
+    )
+}
+
+# Comparisons of affine_select's predicate against 0.
+COMPARES: dict[str, Callable[[NDArray[Any], int], NDArray[np.bool_]]] = {
+    "eq": lambda v, z: v == z,
+    "ne": lambda v, z: v != z,
+    "gt": lambda v, z: v > z,
+    "ge": lambda v, z: v >= z,
+    "lt": lambda v, z: v < z,
+    "le": lambda v, z: v <= z,
+}
+
+_erf = np.vectorize(math.erf, otypes=[np.float64])
+
+
+def _act(fn: Callable[[NDArray[np.float64]], Any]) -> Callable[[F32], F32]:
+    """Evaluate in float64 and round once to float32: the reference for ScalarE's function units."""
+    def apply(x: F32) -> F32:
+        with np.errstate(all="ignore"):
+            return np.asarray(fn(x.astype(np.float64)), dtype=np.float32)
+    return apply
+
+
+def _gelu_tanh(x: NDArray[np.float64]) -> NDArray[np.float64]:
+    return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)))
+
+
+ACTIVATIONS: dict[str, Callable[[F32], F32]] = {
+    "identity": _act(lambda x: x),
+    "exp": _act(np.exp),
+    "log": _act(np.log),
+    "tanh": _act(np.tanh),
+    "sigmoid": _act(lambda x: 1.0 / (1.0 + np.exp(-x))),
+    "gelu": _act(lambda x: 0.5 * x * (1.0 + _erf(x / math.sqrt(2.0)))),
+    "gelu_tanh": _act(_gelu_tanh),
+    "silu": _act(lambda x: x / (1.0 + np.exp(-x))),
+    "relu": _act(lambda x: np.maximum(x, 0.0)),
+    "rsqrt": _act(lambda x: 1.0 / np.sqrt(x)),
+    "sqrt": _act(np.sqrt),
+    "reciprocal": _act(lambda x: 1.0 / x),
+    "square": _act(np.square),
+    "softplus": _act(lambda x: np.logaddexp(0.0, x)),
+    "erf": _act(_erf),
+    "abs": _act(np.abs),
+    "neg": _act(np.negative),
+}
