@@ -8,6 +8,8 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
+from typing import TYPE_CHECKING
+
 from trnsim.errors import ArtifactError as ArtifactError
 from trnsim.errors import CacheError as CacheError
 from trnsim.errors import CompileError as CompileError
@@ -17,3 +19,15 @@ from trnsim.errors import SimError as SimError
 from trnsim.errors import SpecError as SpecError
 from trnsim.errors import TrnsimError as TrnsimError
 from trnsim.errors import UnsupportedError as UnsupportedError
+
+if TYPE_CHECKING:
+    from trnsim.sim import Device as Device
+
+
+def __getattr__(name: str) -> object:
+    # NOTE: lazy, so `import trnsim` stays cheap and the lower layers never import the simulator
+    if name == "Device":
+        from trnsim.sim import Device
+
+        return Device
+    raise AttributeError(f"module 'trnsim' has no attribute {name!r}")

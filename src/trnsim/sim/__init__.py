@@ -1,0 +1,13 @@
+"""The functional simulator: ISA semantics in plain numpy (the living spec of ``trnsim.isa``) and ``Device``.
+
+    >>> from trnsim.sim import Device
+    >>> Device("trn3").spec.cores
+    8
+"""
+
+# semantics_engines registers the VectorE/ScalarE/GpSimd semantics in SEMANTICS on import
+from trnsim.sim import semantics_engines as semantics_engines
+from trnsim.sim.device import Device as Device
+from trnsim.sim.device import Executed as Executed
+from trnsim.sim.device import RunResult as RunResult
+from trnsim.sim.semantics import SEMANTICS as SEMANTICS

@@ -1,0 +1,196 @@
+"""``Device``: run ISA programs on simulated chips, functionally (real data, no timing).
+
+Per chip a sparse HBM (pages on first write); per core an SBUF and a PSUM allocated on first use. A run
+verifies the program, writes the inputs into their HBM tensors (rounded to the declared dtype), executes the
+engine streams and reads the outputs back.
+
+Execution order is deterministic: engines are separate in-order streams; at each step the lowest-numbered
+engine (tensor, vector, scalar, gpsimd, sync) whose next instruction's waits hold runs that instruction,
+which then signals. If no engine can run while instructions remain, the run fails with ``SimError`` naming
+the blocked instructions. A correct program synchronises every cross-engine dependency with semaphores, so
+its result does not depend on this order.
+
+    >>> import numpy as np, trnsim
+    >>> from trnsim.isa import ProgramBuilder, DmaCopy, tile
+    >>> b = ProgramBuilder(); x = b.tensor("x", (2, 3), "bf16"); y = b.tensor("y", (2, 3), "bf16", "output")
+    >>> t = tile("sbuf", "bf16", (2, 3))
+    >>> b.emit("sync", DmaCopy(t, x.ap()), DmaCopy(y.ap(), t))
+    >>> trnsim.Device().run(b.build(), [np.ones((2, 3))]).outputs["y"].tolist()
+    [[1.0, 1.0, 1.0], [1.0, 1.0, 1.0]]
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from trnsim import hw
+from trnsim.errors import SimError
+from trnsim.isa.base import Engine, Instruction
+from trnsim.isa.dtypes import get_dtype
+from trnsim.isa.program import Program, TensorDecl, where
+from trnsim.isa.verify import verify
+from trnsim.sim.context import Context
+from trnsim.sim.memory import DenseMemory, Fault, SparseMemory
+from trnsim.sim.semantics import SEMANTICS
+from trnsim.sim.values import bytes_from_raw, decode_raw, encode_values, raw_from_bytes
+
+
+@dataclass(frozen=True)
+class Executed:
+    """One executed instruction, in execution order."""
+
+    step: int
+    engine: Engine
+    index: int
+    instruction: Instruction
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """Output tensors by name (declaration order) and the execution log."""
+
+    outputs: dict[str, NDArray[Any]]
+    log: tuple[Executed, ...]
+
+    def __getitem__(self, name: str) -> NDArray[Any]:
+        return self.outputs[name]
+
+
+@dataclass
+class Core:
+    sbuf: DenseMemory
+    psum: DenseMemory
+
+
+class Chip:
+    """One chip's HBM and its NeuronCores (created on first use)."""
+
+    def __init__(self, index: int, spec: hw.ChipSpec) -> None:
+        self.index, self.spec = index, spec
+        self.hbm = SparseMemory(f"chip{index}.hbm", spec.hbm_bytes)
+        self._cores: dict[int, Core] = {}
+
+    def core(self, i: int) -> Core:
+        core_spec = self.spec.core
+        assert core_spec is not None
+        cores = self.spec.cores or 0
+        if not 0 <= i < cores:
+            raise SimError(f"core {i} does not exist", hint=f"{self.spec.name} has cores 0..{cores - 1}")
+        if i not in self._cores:
+            sb, ps = core_spec.sbuf, core_spec.psum
+            self._cores[i] = Core(DenseMemory(f"core{i}.sbuf", sb.partitions, sb.bytes_per_partition),
+                                  DenseMemory(f"core{i}.psum", ps.partitions, ps.banks * ps.bank_bytes))
+        return self._cores[i]
+
+
+class Device:
+    """``chips`` simulated chips of ``target`` (a hardware preset name)."""
+
+    def __init__(self, target: str = "trn3", chips: int = 1, *, strict_reads: bool = False) -> None:
+        self.spec = hw.get(target)
+        if self.spec.core is None:
+            raise SimError(f"{target} has no NeuronCore to simulate", hint="use a Trainium preset, e.g. trn3")
+        if chips < 1:
+            raise SimError(f"chips={chips}", hint="a device has at least one chip")
+        self.chips = [Chip(i, self.spec) for i in range(chips)]
+        self.strict_reads = strict_reads
+
+    def run(
+        self,
+        program: Program,
+        inputs: Mapping[str, ArrayLike] | Sequence[ArrayLike] = (),
+        *,
+        core: int = 0,
+        chip: int = 0,
+        check: bool = True,
+    ) -> RunResult:
+        """Run ``program`` on one core. ``check=False`` skips the verifier (faults then surface at run time)."""
+        if check:
+            verify(program, self.spec)
+        if not 0 <= chip < len(self.chips):
+            raise SimError(f"chip {chip} does not exist", hint=f"the device has chips 0..{len(self.chips) - 1}")
+        target = self.chips[chip]
+        cores = target.core(core)
+        layout = program.layout()
+        tensors = {t.name: (layout[t.name], t.nbytes) for t in program.tensors}
+        core_spec = self.spec.core
+        assert core_spec is not None
+        ctx = Context(target.hbm, cores.sbuf, cores.psum, tensors, strict_reads=self.strict_reads,
+                      rounding=program.rounding, rng=np.random.default_rng(program.seed),
+                      bank_bytes=core_spec.psum.bank_bytes)
+        for decl, value in _bind_inputs(program, inputs).items():
+            self._store(target.hbm, decl, layout[decl.name], value)
+        log = execute(program, ctx)
+        outputs = {t.name: self._load(target.hbm, t, layout[t.name]) for t in program.role("output")}
+        return RunResult(outputs, log)
+
+    @staticmethod
+    def _store(mem: SparseMemory, decl: TensorDecl, base: int, value: NDArray[Any]) -> None:
+        raw = encode_values(value.reshape(-1), decl.dtype)
+        mem.write(base + np.arange(decl.nbytes, dtype=np.int64), bytes_from_raw(raw, get_dtype(decl.dtype).itemsize)
+                  .reshape(-1))
+
+    @staticmethod
+    def _load(mem: SparseMemory, decl: TensorDecl, base: int) -> NDArray[Any]:
+        d = get_dtype(decl.dtype)
+        data, _ = mem.read(base + np.arange(decl.nbytes, dtype=np.int64))
+        values = decode_raw(raw_from_bytes(data.reshape(-1, d.itemsize), d.itemsize), d.name)
+        out_type = np.float32 if d.kind != "int" else np.int64
+        return values.astype(out_type).reshape(decl.shape)
+
+
+def _bind_inputs(
+    program: Program, inputs: Mapping[str, ArrayLike] | Sequence[ArrayLike]
+) -> dict[TensorDecl, NDArray[Any]]:
+    decls = program.role("input")
+    if isinstance(inputs, Mapping):
+        unknown = set(inputs) - {d.name for d in program.tensors}
+        if unknown:
+            raise SimError(f"no tensor named {sorted(unknown)[0]!r}", hint=f"inputs: {[d.name for d in decls]}")
+        pairs = [(program.tensor(name), np.asarray(v)) for name, v in inputs.items()]
+    else:
+        if len(inputs) > len(decls):
+            raise SimError(f"{len(inputs)} inputs for {len(decls)} input tensors", hint="pass one array per input")
+        pairs = [(d, np.asarray(v)) for d, v in zip(decls, inputs, strict=False)]
+    for decl, value in pairs:
+        if value.size != decl.size:
+            raise SimError(f"input {decl.name}: shape {value.shape} for a tensor of shape {decl.shape}",
+                           hint="pass an array of the declared shape")
+    return dict(pairs)
+
+
+def execute(program: Program, ctx: Context) -> tuple[Executed, ...]:
+    """Run the engine streams in the deterministic order described in the module docstring."""
+    count: Counter[str] = Counter()
+    pc: dict[Engine, int] = dict.fromkeys(program.streams, 0)
+    log: list[Executed] = []
+    while True:
+        for engine, stream in program.streams.items():
+            i = pc[engine]
+            if i < len(stream) and all(count[s] >= n for s, n in stream[i].wait):
+                ins = stream[i]
+                try:
+                    SEMANTICS[type(ins)](ctx, ins)
+                except Fault as e:
+                    raise SimError(e.message, where=where(engine, i, ins), hint=e.hint) from None
+                count.update(ins.signal)
+                pc[engine] = i + 1
+                log.append(Executed(len(log), engine, i, ins))
+                break
+        else:
+            blocked = [(e, pc[e], s[pc[e]]) for e, s in program.streams.items() if pc[e] < len(s)]
+            if not blocked:
+                return tuple(log)
+            raise SimError("deadlock: " + "; ".join(
+                f"{where(e, i, ins)} waits for " + ",".join(f"{s}>={n} (at {count[s]})" for s, n in ins.wait
+                                                            if count[s] < n) for e, i, ins in blocked),
+                where=where(*blocked[0]), hint="every wait needs enough signals issued before it can block")
+
+
+__all__ = ["Device", "Executed", "RunResult"]

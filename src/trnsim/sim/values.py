@@ -1,0 +1,77 @@
+"""Element codes ↔ values: how the simulator reads and writes every ISA dtype.
+
+Reads decode exactly to float64 (every ISA value is exact in float64; engines then compute in fp32).
+Writes round to the destination dtype (RNE or seeded stochastic). Overflow: a float format with an infinity
+(fp32, bf16, fp16, fp8_e5m2) overflows to it, as IEEE casts do; one without (fp8_e4m3, fp6, fp4) saturates to
+±max rather than producing NaN. Integers round half to even and saturate; NaN becomes 0. tf32 is stored as
+4 fp32 bytes and read as the tf32 value (RNE to 10 mantissa bits).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from trnsim.isa.dtypes import DType, get_dtype, int_range
+from trnsim.numerics.formats import FloatFormat, float_format
+from trnsim.numerics.quantize import decode, encode_exact, quantize_element
+
+RAW: dict[int, type[np.unsignedinteger[Any]]] = {1: np.uint8, 2: np.uint16, 4: np.uint32}
+SIGNED: dict[int, type[np.signedinteger[Any]]] = {1: np.int8, 2: np.int16, 4: np.int32}
+
+
+def raw_from_bytes(data: NDArray[np.uint8], itemsize: int) -> NDArray[np.unsignedinteger[Any]]:
+    """(…, itemsize) little-endian bytes → (…) unsigned codes."""
+    return np.ascontiguousarray(data).view(np.dtype(RAW[itemsize]).newbyteorder("<"))[..., 0].astype(RAW[itemsize])
+
+
+def bytes_from_raw(raw: NDArray[Any], itemsize: int) -> NDArray[np.uint8]:
+    """(…) codes → (…, itemsize) little-endian bytes."""
+    arr = np.ascontiguousarray(raw.astype(np.dtype(RAW[itemsize]).newbyteorder("<")))
+    return arr.view(np.uint8).reshape(*raw.shape, itemsize)
+
+
+def _element(d: DType) -> FloatFormat:
+    assert d.element is not None
+    return float_format(d.element)
+
+
+def decode_raw(raw: NDArray[Any], dtype: str) -> NDArray[np.float64]:
+    """Exact values of codes of ``dtype`` (MX: the unscaled element)."""
+    d = get_dtype(dtype)
+    if d.kind == "int":
+        if d.name == "int4":  # one code per byte, sign in bit 3
+            low = raw.astype(np.int64) & 0xF
+            return np.where(low >= 8, low - 16, low).astype(np.float64)
+        return (raw.view(SIGNED[d.itemsize]) if d.signed else raw).astype(np.float64)
+    if d.name in ("fp32", "tf32"):
+        vals = raw.astype(np.uint32).view(np.float32)
+        if d.name == "tf32":
+            vals = quantize_element(vals, float_format("tf32"), saturate=False)
+        return vals.astype(np.float64)
+    return decode(raw & ((1 << d.bits) - 1), _element(d)).astype(np.float64)
+
+
+def encode_values(
+    x: NDArray[Any], dtype: str, rounding: str = "rne", rng: np.random.Generator | None = None
+) -> NDArray[Any]:
+    """Codes of ``x`` rounded to ``dtype``."""
+    d = get_dtype(dtype)
+    if d.kind == "int":
+        lo, hi = int_range(d)
+        with np.errstate(invalid="ignore"):
+            v = np.clip(np.nan_to_num(np.rint(x.astype(np.float64)), nan=0.0), lo, hi).astype(np.int64)
+        return (v & ((1 << (8 * d.itemsize)) - 1)).astype(RAW[d.itemsize])
+    fmt = _element(d)
+    src = x if x.dtype == np.float32 or x.dtype == np.float64 else x.astype(np.float64)
+    if fmt.name == "fp32" and rounding == "rne":
+        with np.errstate(over="ignore"):
+            return src.astype(np.float32).view(np.uint32)
+    vals = quantize_element(src, fmt, rounding=rounding, saturate=not fmt.has_inf, rng=rng)
+    if fmt.name in ("fp32", "tf32"):
+        return vals.astype(np.float32).view(np.uint32)
+    if not fmt.has_nan:
+        vals = np.nan_to_num(vals, nan=0.0)  # NOTE: fp6/fp4 have no NaN code; the hardware writes 0
+    return encode_exact(vals, fmt).astype(RAW[d.itemsize])
