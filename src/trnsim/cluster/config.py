@@ -1,0 +1,230 @@
+"""The training setup: what the user asks for (:class:`TrainingConfig`) and what is run (:class:`Plan`).
+
+``resolve(model, spec, chips, config)`` fills unset options with defaults and checks every rule at once;
+a setup that breaks several rules raises one :class:`ClusterConfigError` listing each problem and what to
+change. Rules (Megatron-LM's, Shoeybi et al. 2019 / Narayanan et al. 2021 / Korthikanti et al. 2022):
+
+- DP · TP · PP · CP = chips; EP divides DP · CP (experts are spread over data-parallel ranks) and the experts;
+- TP divides the query heads and the MLP width; TP divides the key/value heads, or the kv heads divide TP
+  and each rank keeps one *replicated* kv head (Megatron requires the first; replication is what inference
+  engines do, and costs memory and compute that the estimate counts);
+- PP divides the layers; interleaving V virtual stages needs V | layers/PP and micro-batches divisible by PP;
+- CP > 1 needs the sequence divisible by 2·CP (load-balanced causal chunks); SP needs the micro-batch's
+  tokens divisible by TP;
+- the global batch is a multiple of DP × micro-batch; the precision is one the target's matmul units run.
+
+Defaults: micro-batch 1; CP 1; EP = the largest divisor of the experts that divides DP; SP on when TP > 1;
+TP and PP from :func:`_default_split` (the smallest TP within a node, then PP, that holds the model states
+in half of HBM); global batch ≈ 4 Mi tokens (Llama 2's 4M-token batches, Touvron 2023 §2.2) and at least
+4·PP micro-batches per replica.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from trnsim.cluster.models import ModelSpec
+from trnsim.cluster.ops import ATTENTION_KINDS
+from trnsim.errors import ConfigError
+from trnsim.hw.spec import ChipSpec
+
+# CLI precision name → the dtype passed to ChipSpec.peak_flops (trnsim.numerics names).
+PRECISIONS: dict[str, str] = {"bf16": "bf16", "fp16": "fp16", "fp8": "fp8_e4m3", "mxfp8": "mxfp8_e4m3",
+                              "mxfp6": "mxfp6_e2m3", "mxfp4": "mxfp4_e2m1"}
+# Optimizer state bytes per trained parameter beyond 16-bit weights and gradients: fp32 master copy plus
+# moments (ZeRO, Rajbhandari et al. 2020 §3.1: K = 12 for mixed-precision Adam; SGD with momentum: 4 + 4).
+OPTIMIZERS: dict[str, int] = {"adam": 12, "adamw": 12, "sgd": 8}
+RECOMPUTE: dict[str, str] = {"none": "keep every activation", "selective": "recompute the attention core "
+                             "(Korthikanti 2022 §5)", "full": "keep only each layer's input, recompute the layer"}
+SCHEDULES: dict[str, str] = {"1f1b": "one-forward-one-backward (PipeDream-Flush)",
+                             "interleaved": "1F1B with V virtual stages per chip (Narayanan 2021 §2.2.2)"}
+FINETUNE: dict[str, str] = {"full": "train every weight", "lora": "frozen 16-bit base + rank-r adapters",
+                            "qlora": "frozen 4-bit NF4 base + rank-r adapters (Dettmers 2023)"}
+TOKENS_PER_BATCH = 4 * 2**20
+
+
+class ClusterConfigError(ConfigError):
+    """An impossible training setup; ``problems`` lists every broken rule with what to change."""
+
+    def __init__(self, problems: list[str], *, where: str) -> None:
+        self.problems = tuple(problems)
+        text = f"{len(problems)} problem{'s' * (len(problems) > 1)} with the training setup:\n" + \
+            "\n".join(f"  - {p}" for p in problems)
+        super().__init__(text, where=where, hint="change the options named above (see `trnsim estimate --help`)")
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainingConfig:
+    """Options as given; ``None`` means "choose a default" (see the module docstring)."""
+
+    global_batch: int | None = None
+    micro_batch: int | None = None
+    seq_len: int | None = None
+    precision: str = "bf16"
+    optimizer: str = "adamw"
+    dp: int | None = None
+    tp: int | None = None
+    pp: int | None = None
+    cp: int | None = None
+    ep: int | None = None
+    sp: bool | None = None
+    interleave: int = 1
+    zero: int = 1
+    recompute: str = "selective"
+    overlap_grad_reduce: bool = True
+    grad_accumulation_fusion: bool = True
+    finetune: str = "full"
+    lora_rank: int = 16
+    attention: str = "flash"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Plan:
+    """A complete, checked setup: every option concrete. ``micro_batches`` is per data-parallel replica."""
+
+    chips: int
+    dp: int
+    tp: int
+    pp: int
+    cp: int
+    ep: int
+    sp: bool
+    interleave: int
+    zero: int
+    recompute: str
+    overlap_grad_reduce: bool
+    grad_accumulation_fusion: bool
+    global_batch: int
+    micro_batch: int
+    micro_batches: int
+    seq_len: int
+    precision: str
+    dtype: str
+    optimizer: str
+    finetune: str
+    lora_rank: int
+    attention: str
+
+    @property
+    def schedule(self) -> str:
+        return "interleaved" if self.interleave > 1 else "1f1b"
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.global_batch * self.seq_len
+
+    def describe(self) -> str:
+        par = f"DP {self.dp} × TP {self.tp}{' +SP' if self.sp else ''} × PP {self.pp}"
+        par += f" (interleaved V={self.interleave})" if self.interleave > 1 else ""
+        par += f" × CP {self.cp}" if self.cp > 1 else ""
+        par += f", EP {self.ep}" if self.ep > 1 else ""
+        return (f"{par}; batch {self.global_batch} × {self.seq_len} tokens, micro-batch {self.micro_batch} "
+                f"({self.micro_batches} per replica); {self.precision}, {self.optimizer}, ZeRO-{self.zero}, "
+                f"recompute {self.recompute}, {self.attention} attention"
+                + (f", {self.finetune} r={self.lora_rank}" if self.finetune != "full" else ""))
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def tp_ok(model: ModelSpec, tp: int) -> bool:
+    return model.heads % tp == 0 and model.f % tp == 0 and (model.g % tp == 0 or tp % model.g == 0)
+
+
+def _default_split(model: ModelSpec, spec: ChipSpec, chips: int, cfg: TrainingConfig) -> tuple[int, int]:
+    """Smallest TP (powers of two within a node), then smallest PP, whose 16-bit weights and gradients
+    plus ZeRO-sharded optimizer states take at most half of HBM; the largest valid split if none does."""
+    per_param = 4 + OPTIMIZERS.get(cfg.optimizer, 12)
+    cp = cfg.cp or 1
+    tps = [cfg.tp] if cfg.tp else [t for t in (1, 2, 4, 8, 16, 32, 64)
+                                   if t <= spec.topology.chips_per_node and tp_ok(model, t)] or [1]
+    pps = [cfg.pp] if cfg.pp else _divisors(model.layers)
+    best = (tps[-1], pps[0])
+    for pp in pps:
+        for tp in tps:
+            if chips % (tp * pp * cp) or (cfg.dp and cfg.dp * tp * pp * cp != chips):
+                continue
+            best = (tp, pp)
+            dp = chips // (tp * pp * cp)
+            opt_shard = dp * cp if cfg.zero >= 1 else 1
+            state = model.params().total / (tp * pp) * (4 + (per_param - 4) / opt_shard)
+            if state <= 0.5 * spec.hbm_bytes:
+                return tp, pp
+    return best
+
+
+def resolve(model: ModelSpec, spec: ChipSpec, chips: int, cfg: TrainingConfig | None = None) -> Plan:
+    """Fill defaults and check every rule; raise :class:`ClusterConfigError` listing all problems."""
+    cfg = cfg or TrainingConfig()
+    where = f"{model.name} on {chips} × {spec.name}"
+    problems: list[str] = []
+    for name, value in (("micro_batch", cfg.micro_batch), ("global_batch", cfg.global_batch),
+                        ("seq_len", cfg.seq_len), ("dp", cfg.dp), ("tp", cfg.tp), ("pp", cfg.pp), ("cp", cfg.cp),
+                        ("ep", cfg.ep), ("interleave", cfg.interleave), ("lora_rank", cfg.lora_rank)):
+        if value is not None and value < 1:
+            problems.append(f"{name} = {value}: must be a positive integer")
+    if chips < 1 or problems:
+        raise ClusterConfigError(problems or [f"chips = {chips}: must be at least 1"], where=where)
+    for name, value, table in (("precision", cfg.precision, PRECISIONS), ("optimizer", cfg.optimizer, OPTIMIZERS),
+                               ("recompute", cfg.recompute, RECOMPUTE), ("finetune", cfg.finetune, FINETUNE),
+                               ("attention", cfg.attention, ATTENTION_KINDS)):
+        if value not in table:
+            problems.append(f"{name} {value!r} is not one of: {', '.join(table)}")
+    if cfg.zero not in (0, 1, 2, 3):
+        problems.append(f"zero = {cfg.zero}: ZeRO stages are 0, 1, 2 or 3 (3 = FSDP)")
+    dtype = PRECISIONS.get(cfg.precision, "bf16")
+    if cfg.precision in PRECISIONS and not spec.supports(dtype):
+        have = [p for p, d in PRECISIONS.items() if spec.supports(d)]
+        problems.append(f"{spec.name} has no {dtype} matmul rate: use --precision {' | '.join(have)}")
+    per_node = spec.topology.chips_per_node
+    if chips > per_node and chips % per_node:
+        problems.append(f"{chips} chips is not a whole number of {per_node}-chip {spec.name} nodes: "
+                        f"use a multiple of {per_node}")
+
+    tp, pp = (cfg.tp, cfg.pp) if cfg.tp and cfg.pp else _default_split(model, spec, chips, cfg)
+    cp = cfg.cp or 1
+    mp = tp * pp * cp
+    dp = cfg.dp or max(1, chips // mp)
+    if dp * mp != chips:
+        problems.append(f"DP {dp} × TP {tp} × PP {pp} × CP {cp} = {dp * mp} ≠ {chips} chips: "
+                        + (f"use dp = {chips // mp}" if chips % mp == 0 else f"choose TP·PP·CP dividing {chips}"))
+    if not tp_ok(model, tp):
+        good = [t for t in _divisors(model.heads) if tp_ok(model, t)]
+        problems.append(f"TP {tp} must divide heads {model.heads} and ffn {model.f}, and divide (or be a "
+                        f"multiple of) kv_heads {model.g}: use tp in {{{', '.join(map(str, good))}}}")
+    if model.layers % pp:
+        problems.append(f"PP {pp} does not divide {model.layers} layers: use pp in "
+                        f"{{{', '.join(map(str, _divisors(model.layers)))}}}")
+    v = cfg.interleave
+    if v > 1 and (pp == 1 or (model.layers // pp) % v):
+        problems.append(f"interleave {v} needs PP > 1 and {model.layers} / PP {pp} layers divisible by {v}")
+    seq = cfg.seq_len or model.seq_len
+    if cp > 1 and seq % (2 * cp):
+        problems.append(f"CP {cp} needs seq_len {seq} divisible by 2·CP = {2 * cp} (load-balanced causal chunks)")
+    ep = cfg.ep or (max(e for e in _divisors(model.experts) if (dp * cp) % e == 0) if model.moe else 1)
+    if ep > 1 and not model.moe:
+        problems.append(f"EP {ep} needs a mixture-of-experts model; {model.name} is dense: use ep = 1")
+    elif model.moe and (model.experts % ep or (dp * cp) % ep):
+        problems.append(f"EP {ep} must divide experts {model.experts} and DP·CP {dp * cp}")
+    sp = cfg.sp if cfg.sp is not None else tp > 1
+    sp = sp and tp > 1  # sequence parallelism splits the TP group's work; without TP it is a no-op
+    micro = cfg.micro_batch or 1
+    if sp and (micro * seq // cp) % tp:
+        problems.append(f"SP: micro-batch tokens {micro * seq // cp} not divisible by TP {tp}")
+    replica = dp * micro
+    gb = cfg.global_batch or replica * max(-(-TOKENS_PER_BATCH // (seq * replica)), 4 * pp if pp > 1 else 1)
+    if gb % replica:
+        near = sorted({max(replica, gb // replica * replica), (gb // replica + 1) * replica})
+        problems.append(f"global batch {gb} is not a multiple of DP {dp} × micro-batch {micro} = {replica}: "
+                        f"use {' or '.join(map(str, near))}")
+    m = max(1, gb // replica)
+    if v > 1 and m % pp:
+        problems.append(f"the interleaved schedule needs micro-batches per replica ({m}) divisible by PP {pp}")
+    if problems:
+        raise ClusterConfigError(problems, where=where)
+    return Plan(chips=chips, dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, sp=sp, interleave=v, zero=cfg.zero,
+                recompute=cfg.recompute, overlap_grad_reduce=cfg.overlap_grad_reduce,
+                grad_accumulation_fusion=cfg.grad_accumulation_fusion, global_batch=gb,
+                micro_batch=micro, micro_batches=m, seq_len=seq, precision=cfg.precision, dtype=dtype,
+                optimizer=cfg.optimizer, finetune=cfg.finetune, lora_rank=cfg.lora_rank, attention=cfg.attention)
