@@ -213,3 +213,21 @@ def test_semaphores_that_resolve_pass() -> None:
     b.emit("vector", Nop(wait=(("b", 1),)), Nop(signal=("a",)))
     b.emit("scalar", Nop(signal=("b",)), Nop(wait=(("a", 1),)))
     b.build().verify(SPEC)
+
+
+def test_matmul_text_round_trip_and_operands() -> None:
+    s, v = tile("sbuf", "mxfp8_e4m3", (64, 32)), tile("sbuf", "mxfp4_e2m1", (64, 16), offset=64)
+    ss, vs = tile("sbuf", "e8m0", (2, 32), offset=128), tile("sbuf", "e8m0", (2, 16), offset=192)
+    acc = tile("psum", "fp32", (32, 16))
+    ins = Matmul(acc, s, v, accumulate=True, stationary_scale=ss, moving_scale=vs, wait=(("ld", 2),), signal=("mm",))
+    b = ProgramBuilder()
+    b.emit("tensor", ins)
+    p = b.build()
+    assert parse(str(p)) == p
+    p.verify(SPEC)
+    assert ins.writes() == (acc,) and set(ins.reads()) == {s, v, ss, vs, acc}  # accumulate reads PSUM too
+    sparse = Matmul(acc, tile("sbuf", "bf16", (32, 32)), tile("sbuf", "bf16", (64, 16), offset=64), sparsity="2:4",
+                    stationary_index=tile("sbuf", "uint8", (32, 32), offset=256))
+    assert sparse.contraction == 64
+    assert parse(str(replace(p, streams={"tensor": (sparse,)}))).stream("tensor") == (sparse,)
+    verify_one("tensor", sparse)
