@@ -226,11 +226,13 @@ def _tree(name: str, passes: int, reduce: bool) -> CostRule:
 
 
 def _binomial(name: str, reduce: bool) -> CostRule:
+    """The whole buffer down (or up) ⌈lg r_k⌉ levels of a binomial tree at each level, innermost first."""
     def rule(s: float, sh: Shape, g: float) -> Phases:
-        steps = [(sp, _clg(sp.ranks)) for sp in sh.spans] if sh.regular else \
-            [(min(sh.spans, key=lambda sp: sp.single), _clg(sh.size))]
+        if not sh.regular:
+            k = _clg(sh.size)
+            return (_phase(name, _levels(sh), k * sh.latency_s, k * s, sh.single_bandwidth, k * s * g * reduce),)
         return tuple(_phase(name, sp.level, k * sp.latency_s, k * s, sp.single, k * s * g * reduce)
-                     for sp, k in steps)
+                     for sp in sh.spans for k in (_clg(sp.ranks),))
     return rule
 
 
@@ -246,8 +248,9 @@ def _best(op: str, s: float, span: Span, g: float) -> Phases:
 
 
 def _hier(op: str) -> CostRule:
-    """Reduce-scatter inward-out (each level on 1/r of the data left), all-reduce at the top, all-gather
-    outward-in; reduce-scatter alone stops before the top's all-reduce, all-gather starts after it."""
+    """All-reduce: reduce-scatter level by level from the innermost (each on 1/r of the data left), all-reduce
+    at the outermost, all-gather back inwards. Reduce-scatter: the outermost level reduce-scatters too and
+    nothing is gathered; all-gather: nothing is scattered, the outermost level all-gathers first."""
     def rule(s: float, sh: Shape, g: float) -> Phases | None:
         if not sh.regular or len(sh.spans) < 2:
             return None

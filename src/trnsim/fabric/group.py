@@ -228,9 +228,9 @@ class Group:
             per_level.append(fan)
             if fan < 2:
                 continue
-            first = distinct[0]
-            members = sorted(u - (u * inner // outer) * (outer // inner) for u in first)
-            share = SHARES[level.kind](level, members)
+            # where the group sits inside the first unit (rank 0's): ids of the units below, which for unit 0
+            # are already local positions 0 .. level.units-1 (chips on the node's torus, nodes on the Z ring)
+            share = SHARES[level.kind](level, sorted(distinct[0]))
             bw = level.effective_link_bandwidth
             peers = max(counts[k + 1][r // outer] - counts[k][r // inner] for r in ranks)
             edges = len(counts[k]) - len(counts[k + 1])
