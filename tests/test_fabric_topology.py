@@ -176,3 +176,12 @@ def test_egress_bounds_a_rank() -> None:
     group = Topology.for_chip(hw.get("trn3"), 256).group(256)
     assert group.egress_bandwidth == pytest.approx((800 + 400 + 25) * GB)
     assert Topology.for_chip(hw.get("trn3"), 16).group(1).egress_bandwidth == 0
+
+
+@pytest.mark.parametrize("module", ["trnsim.fabric", "trnsim.fabric.topology"])
+def test_docstring_examples(module: str) -> None:
+    import doctest
+    import importlib
+
+    result = doctest.testmod(importlib.import_module(module))
+    assert result.attempted > 0 and result.failed == 0
