@@ -21,6 +21,8 @@ COMMANDS: dict[str, str] = {
     "hw": "trnsim.cli.hw",
     "numerics": "trnsim.cli.numerics",
     "demo": "trnsim.cli.demo",
+    "estimate": "trnsim.cli.cluster",
+    "validate": "trnsim.cli.cluster",
     "fabric": "trnsim.cli.fabric",
 }
 
