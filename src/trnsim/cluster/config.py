@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from trnsim.cluster._cache import per_spec
 from trnsim.cluster.models import ModelSpec
 from trnsim.cluster.ops import ATTENTION_KINDS
 from trnsim.errors import ConfigError
@@ -174,7 +175,7 @@ def resolve(model: ModelSpec, spec: ChipSpec, chips: int, cfg: TrainingConfig | 
     if cfg.zero not in (0, 1, 2, 3):
         problems.append(f"zero = {cfg.zero}: ZeRO stages are 0, 1, 2 or 3 (3 = FSDP)")
     dtype = PRECISIONS.get(cfg.precision, "bf16")
-    if cfg.precision in PRECISIONS and not spec.supports(dtype):
+    if cfg.precision in PRECISIONS and not per_spec(spec, "supports:" + dtype, lambda: spec.supports(dtype)):
         have = [p for p, d in PRECISIONS.items() if spec.supports(d)]
         problems.append(f"{spec.name} has no {dtype} matmul rate: use --precision {' | '.join(have)}")
     per_node = spec.topology.chips_per_node

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from trnsim.cluster._cache import per_spec
 from trnsim.cluster.ops import Gemm, Pointwise
 from trnsim.hw.spec import ChipSpec
 
@@ -61,6 +62,11 @@ class Roofline:
 
     @classmethod
     def of(cls, spec: ChipSpec, dtype: str) -> Roofline:
+        """The roofline of ``spec`` for matmuls in ``dtype`` (cached per spec object)."""
+        return per_spec(spec, "roofline:" + dtype, lambda: cls._build(spec, dtype))
+
+    @classmethod
+    def _build(cls, spec: ChipSpec, dtype: str) -> Roofline:
         mamf, source = MAMF.get(spec.name, DEFAULT_MAMF)
         if spec.core is not None and spec.cores is not None:
             core = spec.core

@@ -42,7 +42,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 
-from trnsim.cluster import comm
+from trnsim.cluster.comm import Communicators, communicators
 from trnsim.cluster.config import Plan, TrainingConfig, resolve
 from trnsim.cluster.efficiency import Roofline, backward_time, forward_time, pointwise_time, stream_time
 from trnsim.cluster.memory import (
@@ -55,7 +55,6 @@ from trnsim.cluster.memory import (
 )
 from trnsim.cluster.models import ModelSpec
 from trnsim.cluster.ops import Shard, head_ops, layer_ops, six_nt_flops_per_token, six_nt_params
-from trnsim.fabric import Group
 from trnsim.hw.spec import ChipSpec
 
 OPT_STEP_BYTES: dict[str, float] = {"adam": 28.0, "adamw": 28.0, "sgd": 20.0}
@@ -79,7 +78,7 @@ class LayerCost:
 
 @functools.lru_cache(maxsize=8192)
 def layer_cost(model: ModelSpec, r: Roofline, sh: Shard, recompute: str, finetune: str, lora_rank: int,
-               tp: Group, cp: Group, ep: Group) -> LayerCost:
+               comms: Communicators) -> LayerCost:
     ops = layer_ops(model, sh)
     frozen = finetune != "full"
     gemms = ops.gemms + ops.core
@@ -101,16 +100,15 @@ def layer_cost(model: ModelSpec, r: Roofline, sh: Shard, recompute: str, finetun
         + sum(pointwise_time(r, p, backward=True) for p in ops.core_pointwise)
     rec = {"none": 0.0, "selective": core_fwd, "full": fwd}[recompute]
     flops += {"none": 0.0, "selective": sum(g.flops for g in ops.core), "full": ops.flops}[recompute]
-    groups = {"tp": tp, "ep": ep}
     passes = 1 + (recompute == "full")  # full recomputation repeats the forward's collectives
     comm_t = {"tp": 0.0, "ep": 0.0}
     cp_t = 0.0
     for c in ops.comms:
         if c.group == "cp":
-            one = comm.collective_time(c.op, c.nbytes, cp)
+            one = comms.time(c.op, c.nbytes, "cp")
             cp_t += max(0.0, c.count_fwd * one - core_fwd) + max(0.0, c.count_bwd * one - core_bwd)
             continue
-        one = comm.collective_time(c.op, c.nbytes, groups[c.group])
+        one = comms.time(c.op, c.nbytes, c.group)
         comm_t[c.group] += (passes * c.count_fwd + c.count_bwd) * one
     return LayerCost(fwd, bwd, rec, comm_t["tp"], comm_t["ep"], cp_t, flops)
 
@@ -168,9 +166,9 @@ def estimate(model: ModelSpec, spec: ChipSpec, chips: int, config: TrainingConfi
 def estimate_plan(model: ModelSpec, spec: ChipSpec, plan: Plan) -> Estimate:
     """Estimate an already resolved plan (the planner's inner loop)."""
     r = Roofline.of(spec, plan.dtype)
-    g = comm.groups(spec, plan)
+    g = communicators(spec, plan)
     sh = shard_of(plan)
-    lc = layer_cost(model, r, sh, plan.recompute, plan.finetune, plan.lora_rank, g["tp"], g["cp"], g["ep"])
+    lc = layer_cost(model, r, sh, plan.recompute, plan.finetune, plan.lora_rank, g)
     layers, m, v = model.layers // plan.pp, plan.micro_batches, plan.interleave
     layer_t = lc.fwd + lc.bwd + lc.recompute + lc.tp + lc.ep + lc.cp
 
@@ -182,12 +180,12 @@ def estimate_plan(model: ModelSpec, spec: ChipSpec, plan: Plan) -> Estimate:
     tokens = plan.micro_batch * plan.seq_len // plan.cp
     act_bytes = tokens * model.hidden * 2
     tp_op = "reduce-scatter" if plan.sp else "all-reduce"
-    head_tp = 2 * comm.collective_time(tp_op, act_bytes, g["tp"])  # embedding output, LM-head input grad
+    head_tp = 2 * g.time(tp_op, act_bytes, "tp")  # embedding output, LM-head input grad
     p2p = 0.0
     if plan.pp > 1:
-        p2p = comm.collective_time("send-recv", act_bytes / plan.tp, g["pp"])
+        p2p = g.time("send-recv", act_bytes / plan.tp, "pp")
         if plan.tp > 1 and not plan.sp:  # scatter/gather: re-assemble the full activation over NVLink
-            p2p += comm.collective_time("all-gather", act_bytes, g["tp"])
+            p2p += g.time("all-gather", act_bytes, "tp")
         p2p *= 2 * v
     first = emb_c if plan.pp > 1 else emb_c + head_c
     last = head_c
@@ -204,7 +202,7 @@ def estimate_plan(model: ModelSpec, spec: ChipSpec, plan: Plan) -> Estimate:
     bd["bubble"] = (plan.pp - 1) / v * stage
     bd["dp_comm"] = _dp_exposed(model, plan, g, lc, layers)
     if plan.pp > 1 and model.tied_embeddings:  # first and last stage sum the shared embedding's gradients
-        bd["pp_comm"] += comm.collective_time("all-reduce", 2.0 * model.vocab * model.hidden / plan.tp, g["pp"])
+        bd["pp_comm"] += g.time("all-reduce", 2.0 * model.vocab * model.hidden / plan.tp, "pp")
     dense, expert = stage_weights(model, plan, "first" if plan.pp > 1 else "last")
     trained = dense + expert if plan.finetune == "full" else lora_params_per_layer(model, plan.lora_rank,
                                                                                    plan.tp) * layers
@@ -231,18 +229,18 @@ def estimate_plan(model: ModelSpec, spec: ChipSpec, plan: Plan) -> Estimate:
                     breakdown=bd)
 
 
-def _dp_exposed(model: ModelSpec, plan: Plan, g: dict[str, Group], lc: LayerCost, layers: int) -> float:
+def _dp_exposed(model: ModelSpec, plan: Plan, g: Communicators, lc: LayerCost, layers: int) -> float:
     """Exposed data-parallel communication per step (module docstring)."""
     dense, expert = stage_weights(model, plan, "first" if plan.pp > 1 else "last")
     if plan.finetune != "full":
         dense, expert = lora_params_per_layer(model, plan.lora_rank, plan.tp) * layers, 0.0
-    parts = ((dense, g["dp"]), (expert, g["edp"]))
+    parts = ((dense, "dp"), (expert, "edp"))
     if plan.zero >= 3:
         per_layer = 0.0
         for params, grp in parts:
             nbytes = 2.0 * params / layers
-            gather = comm.collective_time("all-gather", nbytes, grp)
-            scatter = comm.collective_time("reduce-scatter", nbytes, grp)
+            gather = g.time("all-gather", nbytes, grp)
+            scatter = g.time("reduce-scatter", nbytes, grp)
             if plan.overlap_grad_reduce:
                 per_layer += max(0.0, gather - lc.fwd) + max(0.0, gather + scatter - lc.bwd - lc.recompute)
                 per_layer += max(0.0, gather - lc.fwd) if plan.recompute == "full" else 0.0
@@ -253,10 +251,10 @@ def _dp_exposed(model: ModelSpec, plan: Plan, g: dict[str, Group], lc: LayerCost
     for params, grp in parts:
         nbytes = 2.0 * params
         if plan.zero == 0:
-            reduce, gather = comm.collective_time("all-reduce", nbytes, grp), 0.0
+            reduce, gather = g.time("all-reduce", nbytes, grp), 0.0
         else:
-            reduce = comm.collective_time("reduce-scatter", nbytes, grp)
-            gather = comm.collective_time("all-gather", nbytes, grp)
+            reduce = g.time("reduce-scatter", nbytes, grp)
+            gather = g.time("all-gather", nbytes, grp)
         if plan.overlap_grad_reduce:
             behind_bwd = layers * (lc.bwd + lc.recompute + lc.tp / 2)
             exposed += max(reduce / layers, reduce - behind_bwd) + (max(gather / layers, gather - layers * lc.fwd)
