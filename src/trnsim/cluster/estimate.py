@@ -19,9 +19,9 @@ updated 16-bit weights) runs once per step. Overlap rule, when ``overlap_grad_re
 gradients are reduced as soon as its backward on the last micro-batch ends, behind the backward of the
 layers still to go, so exposed = max(comm / (L/PP), comm − backward of one micro-batch on the stage) — the
 last bucket never hides; the weight all-gather likewise hides behind the next step's first forward. Off:
-all of it is exposed. ZeRO-3 gathers each layer's weights before its forward and backward (and recompute)
-and reduce-scatters its gradients every micro-batch, prefetched one layer ahead: exposed per layer =
-max(0, comm − that layer's compute) with overlap on, all of it off.
+all of it is exposed. ZeRO-3 gathers each layer's weights before its forward and again before its backward
+(which also serves the recompute) and reduce-scatters its gradients, every micro-batch, prefetched one layer
+ahead: exposed per layer = max(0, comm − that layer's compute) with overlap on, all of it off.
 
 Without gradient-accumulation fusion (weight-gradient GEMMs accumulating straight into the gradient buffer,
 Megatron-LM's ``--gradient-accumulation-fusion``), every micro-batch's weight gradients are added to the
@@ -180,7 +180,8 @@ def estimate_plan(model: ModelSpec, spec: ChipSpec, plan: Plan) -> Estimate:
     tokens = plan.micro_batch * plan.seq_len // plan.cp
     act_bytes = tokens * model.hidden * 2
     tp_op = "reduce-scatter" if plan.sp else "all-reduce"
-    head_tp = 2 * g.time(tp_op, act_bytes, "tp")  # embedding output, LM-head input grad
+    # vocab-parallel embedding output (first stage) and LM-head input gradient (last stage)
+    head_tp = (2 if plan.pp == 1 else 1) * g.time(tp_op, act_bytes, "tp")
     p2p = 0.0
     if plan.pp > 1:
         p2p = g.time("send-recv", act_bytes / plan.tp, "pp")
@@ -241,11 +242,11 @@ def _dp_exposed(model: ModelSpec, plan: Plan, g: Communicators, lc: LayerCost, l
             nbytes = 2.0 * params / layers
             gather = g.time("all-gather", nbytes, grp)
             scatter = g.time("reduce-scatter", nbytes, grp)
+            # one gather before the forward, one before the backward (it also serves the recompute)
             if plan.overlap_grad_reduce:
                 per_layer += max(0.0, gather - lc.fwd) + max(0.0, gather + scatter - lc.bwd - lc.recompute)
-                per_layer += max(0.0, gather - lc.fwd) if plan.recompute == "full" else 0.0
             else:
-                per_layer += (2 + (plan.recompute == "full")) * gather + scatter
+                per_layer += 2 * gather + scatter
         return per_layer * layers * plan.micro_batches
     exposed = 0.0
     for params, grp in parts:
