@@ -36,9 +36,9 @@ from trnsim.isa.dtypes import get_dtype
 from trnsim.isa.program import Program, TensorDecl, where
 from trnsim.isa.verify import verify
 from trnsim.sim.context import Context
-from trnsim.sim.memory import DenseMemory, Fault, SparseMemory
+from trnsim.sim.memory import RAW, DenseMemory, Fault, SparseMemory
 from trnsim.sim.semantics import SEMANTICS
-from trnsim.sim.values import bytes_from_raw, decode_raw, encode_values, raw_from_bytes
+from trnsim.sim.values import decode_raw, encode_values
 
 
 @dataclass(frozen=True)
@@ -131,16 +131,23 @@ class Device:
         return RunResult(outputs, log)
 
     @staticmethod
-    def _store(mem: SparseMemory, decl: TensorDecl, base: int, value: NDArray[Any]) -> None:
-        raw = encode_values(value.reshape(-1), decl.dtype)
-        mem.write(base + np.arange(decl.nbytes, dtype=np.int64), bytes_from_raw(raw, get_dtype(decl.dtype).itemsize)
-                  .reshape(-1))
+    def _tensor_codes(mem: SparseMemory, decl: TensorDecl, base: int) -> tuple[NDArray[Any], NDArray[np.bool_]]:
+        """The tensor's element codes and per-byte written flags, as views of its HBM segment."""
+        seg = mem.reserve(base, base + decl.nbytes)
+        lo = base - seg.base
+        raw_type = RAW[get_dtype(decl.dtype).itemsize]
+        return seg.data[lo : lo + decl.nbytes].view(raw_type), seg.written[lo : lo + decl.nbytes]
 
-    @staticmethod
-    def _load(mem: SparseMemory, decl: TensorDecl, base: int) -> NDArray[Any]:
+    @classmethod
+    def _store(cls, mem: SparseMemory, decl: TensorDecl, base: int, value: NDArray[Any]) -> None:
+        codes, written = cls._tensor_codes(mem, decl, base)
+        codes[...] = encode_values(value.reshape(-1), decl.dtype)
+        written[...] = True
+
+    @classmethod
+    def _load(cls, mem: SparseMemory, decl: TensorDecl, base: int) -> NDArray[Any]:
         d = get_dtype(decl.dtype)
-        data, _ = mem.read(base + np.arange(decl.nbytes, dtype=np.int64))
-        values = decode_raw(raw_from_bytes(data.reshape(-1, d.itemsize), d.itemsize), d.name)
+        values = decode_raw(cls._tensor_codes(mem, decl, base)[0].copy(), d.name)
         out_type = np.float32 if d.kind != "int" else np.int64
         return values.astype(out_type).reshape(decl.shape)
 

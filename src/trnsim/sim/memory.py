@@ -1,22 +1,30 @@
-"""Byte-addressed memories of the functional simulator and the address arithmetic of access patterns.
+"""Byte-addressed memories of the functional simulator, and access patterns as strided numpy views.
 
 * ``DenseMemory``: SBUF or PSUM of one core, ``partitions × bytes_per_partition`` bytes, allocated on first
-  use; byte ``b`` of partition ``p`` is flat address ``p * bytes_per_partition + b``.
-* ``SparseMemory``: a chip's HBM, in 64 KiB pages allocated on first write, so a 192 GB HBM costs only the
-  pages a program touches. Unwritten bytes read as zero.
+  use; byte ``b`` of partition ``p`` is flat address ``p * row_bytes + b``.
+* ``SparseMemory``: a chip's HBM as *segments*: contiguous byte ranges created when a program declares a
+  tensor (``reserve``) or when an access reaches bytes no segment covers. Segments are ``np.zeros`` arrays,
+  whose pages the OS provides on first touch, so a 192 GB HBM costs only what programs actually touch.
 
-Both remember which bytes were written, so a strict device can fault on reads of uninitialised memory.
+An access pattern is an affine map from its index space to bytes (``isa.ap``), so every access is a
+*strided view* of one contiguous buffer: ``np.ndarray(shape, dtype, buffer, offset, strides)``. Reads copy
+the view, writes assign into it: no per-element address arrays. Both memories remember which bytes were
+written, so a strict device can fault on reads of uninitialised memory.
 """
 
 from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
 from trnsim.isa.ap import AccessPattern
 
-PAGE_BITS = 16
-PAGE = 1 << PAGE_BITS
+RAW: dict[int, type[np.unsignedinteger[Any]]] = {1: np.uint8, 2: np.uint16, 4: np.uint32}
+SEGMENT_ALIGN = 1 << 12
 
 
 class Fault(Exception):
@@ -25,6 +33,31 @@ class Fault(Exception):
     def __init__(self, message: str, hint: str) -> None:
         super().__init__(message)
         self.message, self.hint = message, hint
+
+
+@dataclass(frozen=True)
+class Region:
+    """Where an access lands: a contiguous buffer, the byte of element [0, 0, …] in it, byte strides."""
+
+    data: NDArray[np.uint8]
+    written: NDArray[np.bool_]
+    start: int
+    strides: tuple[int, ...]  # bytes, one per AP dimension (partition first)
+    base: int = 0  # the memory address of data[0] (an HBM segment's base)
+
+    def address(self, index: tuple[int, ...]) -> int:
+        """Memory address of the element at ``index``."""
+        return self.base + self.start + sum(i * s for i, s in zip(index, self.strides, strict=True))
+
+    def view(self, ap: AccessPattern) -> NDArray[Any]:
+        """The AP's elements as raw little-endian codes (a view: writes go to memory)."""
+        dtype = np.dtype(RAW[ap.itemsize]).newbyteorder("<")
+        return np.ndarray(ap.shape, dtype=dtype, buffer=self.data, offset=self.start, strides=self.strides)
+
+    def written_view(self, ap: AccessPattern) -> NDArray[np.bool_]:
+        """One flag per byte of every element, shape ``(*ap.shape, itemsize)``."""
+        return np.ndarray((*ap.shape, ap.itemsize), dtype=np.bool_, buffer=self.written, offset=self.start,
+                          strides=(*self.strides, 1))
 
 
 class DenseMemory:
@@ -41,83 +74,76 @@ class DenseMemory:
             self._written = np.zeros(self.partitions * self.row_bytes, dtype=np.bool_)
         return self._data, self._written
 
-    def read(self, addr: NDArray[np.int64]) -> tuple[NDArray[np.uint8], NDArray[np.bool_]]:
+    def region(self, ap: AccessPattern) -> Region:
+        size = ap.itemsize
+        lo, hi = ap.byte_span()
+        p0, p1 = ap.partition_start, ap.partition_start + ap.partitions
+        if p0 < 0 or p1 > self.partitions or lo < 0 or hi > self.row_bytes:
+            raise Fault(f"out-of-bounds {self.name} access: partitions {p0}..{p1 - 1}, bytes {lo}..{hi - 1} "
+                        f"(memory has {self.partitions} × {self.row_bytes})", "shrink the tile or fix its offset")
         data, written = self._arrays()
-        return data[addr], written[addr]
+        strides = (self.row_bytes, *(s * size for s, _ in ap.free))
+        return Region(data, written, p0 * self.row_bytes + ap.offset, strides)
 
-    def write(self, addr: NDArray[np.int64], values: NDArray[np.uint8]) -> None:
-        data, written = self._arrays()
-        data[addr] = values
-        written[addr] = True
+    def describe(self, addr: int) -> str:
+        return f"partition {addr // self.row_bytes}, byte {addr % self.row_bytes}"
+
+
+@dataclass
+class Segment:
+    base: int
+    data: NDArray[np.uint8]
+    written: NDArray[np.bool_]
+
+    @property
+    def end(self) -> int:
+        return self.base + self.data.size
 
 
 class SparseMemory:
-    """A large byte space (HBM) stored as pages allocated on first write."""
+    """A large byte space (HBM) stored as lazily committed segments."""
 
     def __init__(self, name: str, size: int) -> None:
         self.name, self.size = name, size
-        self.pages: dict[int, tuple[NDArray[np.uint8], NDArray[np.bool_]]] = {}
+        self._segments: list[Segment] = []  # sorted by base, disjoint
 
-    def read(self, addr: NDArray[np.int64]) -> tuple[NDArray[np.uint8], NDArray[np.bool_]]:
-        out = np.zeros(addr.shape, dtype=np.uint8)
-        written = np.zeros(addr.shape, dtype=np.bool_)
-        page_of = addr >> PAGE_BITS
-        for page in np.unique(page_of).tolist():
-            stored = self.pages.get(page)
-            if stored is None:
-                continue
-            sel = page_of == page
-            out[sel] = stored[0][addr[sel] & (PAGE - 1)]
-            written[sel] = stored[1][addr[sel] & (PAGE - 1)]
-        return out, written
+    def reserve(self, lo: int, hi: int) -> Segment:
+        """The segment covering bytes [lo, hi), creating or merging segments as needed."""
+        i = bisect.bisect_right([s.base for s in self._segments], lo) - 1
+        if i >= 0 and self._segments[i].base <= lo and hi <= self._segments[i].end:
+            return self._segments[i]
+        lo_a = lo // SEGMENT_ALIGN * SEGMENT_ALIGN
+        hi_a = min(-(-hi // SEGMENT_ALIGN) * SEGMENT_ALIGN, self.size)
+        overlapping = [s for s in self._segments if s.base < hi_a and s.end > lo_a]
+        if overlapping:
+            lo_a, hi_a = min(lo_a, overlapping[0].base), max(hi_a, overlapping[-1].end)
+        merged = Segment(lo_a, np.zeros(hi_a - lo_a, np.uint8), np.zeros(hi_a - lo_a, np.bool_))
+        for s in overlapping:
+            merged.data[s.base - lo_a : s.end - lo_a] = s.data
+            merged.written[s.base - lo_a : s.end - lo_a] = s.written
+        self._segments = sorted([s for s in self._segments if s not in overlapping] + [merged],
+                                key=lambda s: s.base)
+        return merged
 
-    def write(self, addr: NDArray[np.int64], values: NDArray[np.uint8]) -> None:
-        page_of = addr >> PAGE_BITS
-        for page in np.unique(page_of).tolist():
-            stored = self.pages.setdefault(page, (np.zeros(PAGE, np.uint8), np.zeros(PAGE, np.bool_)))
-            sel = page_of == page
-            stored[0][addr[sel] & (PAGE - 1)] = values[sel]
-            stored[1][addr[sel] & (PAGE - 1)] = True
+    def region(self, ap: AccessPattern, base: int, extent: int) -> Region:
+        """``base``/``extent`` bound the access (the named tensor's bytes, or all of HBM)."""
+        size = ap.itemsize
+        lo, hi = ap.byte_span()
+        if lo < 0 or hi > extent:
+            raise Fault(f"out-of-bounds {self.name} access: bytes {base + lo:#x}..{base + hi - 1:#x} outside "
+                        f"{base:#x}..{base + extent - 1:#x}", "check rows, offset and strides against the tensor")
+        seg = self.reserve(base + lo, base + hi)
+        first = base + ap.offset + ap.partition_start * ap.partition_stride * size
+        strides = (ap.partition_stride * size, *(s * size for s, _ in ap.free))
+        return Region(seg.data, seg.written, first - seg.base, strides, seg.base)
+
+    def describe(self, addr: int) -> str:
+        return f"address {addr:#x}"
 
     @property
     def allocated_bytes(self) -> int:
-        return len(self.pages) * PAGE
+        """Bytes of segments created so far (the OS commits only the pages that are touched)."""
+        return sum(s.data.size for s in self._segments)
 
 
 Memory = DenseMemory | SparseMemory
-
-
-def element_offsets(ap: AccessPattern) -> NDArray[np.int64]:
-    """Element offset of every element, shape ``ap.shape``: per partition on chip, from row 0 in HBM."""
-    free = ap.free_offsets()
-    rows = np.arange(ap.partitions, dtype=np.int64).reshape(-1, *([1] * free.ndim))
-    if ap.on_chip:
-        return np.broadcast_to(free, ap.shape) + 0 * rows
-    return (ap.partition_start + rows) * ap.partition_stride + free
-
-
-def byte_addresses(ap: AccessPattern, mem: Memory, base: int, extent: int) -> NDArray[np.int64]:
-    """Flat byte address of every byte of every element, shape ``(*ap.shape, itemsize)``.
-
-    ``base``/``extent`` bound an HBM access (the named tensor's bytes, or all of HBM); on-chip accesses are
-    bounded by the partition geometry. Out-of-bounds and misaligned accesses raise ``Fault``."""
-    size = ap.itemsize
-    if ap.offset % size:
-        raise Fault(f"misaligned {ap.dtype} access at byte offset {ap.offset} of {mem.name}",
-                    f"align offsets to {size} bytes")
-    elem = element_offsets(ap)
-    local = ap.offset + elem * size
-    lo, hi = int(local.min()), int(local.max()) + size
-    if isinstance(mem, DenseMemory):
-        p0, p1 = ap.partition_start, ap.partition_start + ap.partitions
-        if p0 < 0 or p1 > mem.partitions or lo < 0 or hi > mem.row_bytes:
-            raise Fault(f"out-of-bounds {mem.name} access: partitions {p0}..{p1 - 1}, bytes {lo}..{hi - 1} "
-                        f"(memory has {mem.partitions} × {mem.row_bytes})", "shrink the tile or fix its offset")
-        rows = np.arange(p0, p1, dtype=np.int64).reshape(-1, *([1] * (local.ndim - 1)))
-        flat = rows * mem.row_bytes + local
-    else:
-        if lo < 0 or hi > extent:
-            raise Fault(f"out-of-bounds {mem.name} access: bytes {base + lo:#x}..{base + hi - 1:#x} outside "
-                        f"{base:#x}..{base + extent - 1:#x}", "check rows, offset and strides against the tensor")
-        flat = base + local
-    return flat[..., None] + np.arange(size, dtype=np.int64)

@@ -87,9 +87,9 @@ def scale_factors(ctx: Context, scale: AccessPattern, k: int) -> NDArray[np.floa
     return np.repeat(factors, MX_BLOCK, axis=0)[:k]
 
 
-def stationary_values(ctx: Context, ins: Matmul) -> NDArray[np.float64]:
+def stationary_values(ctx: Context, ins: Matmul) -> NDArray[np.floating[Any]]:
     """The dense stationary [K, M] in exact values (sparse: scattered to their positions; MX: scaled)."""
-    vals = ctx.read(ins.stationary).reshape(ins.stationary.partitions, -1)
+    vals = ctx.read32(ins.stationary)
     if ins.sparsity is not None:
         assert ins.stationary_index is not None
         n, m = SPARSE_PATTERNS[ins.sparsity]
@@ -98,7 +98,7 @@ def stationary_values(ctx: Context, ins: Matmul) -> NDArray[np.float64]:
             raise Fault(f"sparse index {int(pos.max())} ≥ group size {m}", f"positions lie in 0..{m - 1}")
         dense_rows = (np.arange(vals.shape[0])[:, None] // n) * m + pos
         cols = np.broadcast_to(np.arange(vals.shape[1]), vals.shape)
-        dense = np.zeros((ins.contraction, vals.shape[1]))
+        dense = np.zeros((ins.contraction, vals.shape[1]), dtype=np.float32)
         hits = np.zeros(dense.shape, dtype=np.int64)
         np.add.at(hits, (dense_rows, cols), 1)
         if (hits > 1).any():
@@ -113,17 +113,20 @@ def stationary_values(ctx: Context, ins: Matmul) -> NDArray[np.float64]:
 @semantics(Matmul)
 def matmul(ctx: Context, ins: Matmul) -> None:
     s = stationary_values(ctx, ins)  # [K, M]
-    v = ctx.read(ins.moving).reshape(ins.moving.partitions, -1)  # [K, N]
+    v = ctx.read32(ins.moving)  # [K, N]
     if ins.moving_scale is not None:
         v = v * scale_factors(ctx, ins.moving_scale, v.shape[0])
     bank = ctx.bank_bytes
     lo, hi = ins.dst.byte_span()
     if lo // bank != (hi - 1) // bank:
         raise Fault(f"matmul output bytes {lo}..{hi - 1} overflow a PSUM bank", "keep [M, N≤512] fp32 in one bank")
-    acc = np.zeros((s.shape[1], v.shape[1]), dtype=np.float32)
     with np.errstate(all="ignore"):
-        for k in range(s.shape[0]):  # the systolic column order: one fp32 add per contraction row
-            acc = acc + (s[k, :, None] * v[k, None, :]).astype(np.float32)
+        # NOTE: operands are exact in fp32 (decoded from their format, MX scales applied), so every product is
+        # exact for ≤16-bit operands; TensorE sums them in fp32 (neuron.md §1.2: "accumulation is FP32"). The
+        # docs do not fix the order of the additions within one instruction, so the BLAS order stands in for
+        # it: results are bit-exact wherever the partial sums are representable (small integers, few terms),
+        # and within K fp32 rounding errors otherwise.
+        acc = s.astype(np.float32, copy=False).T @ v.astype(np.float32, copy=False)
         if ins.accumulate:
             acc = ctx.read32(ins.dst).reshape(acc.shape) + acc
     ctx.write_raw(ins.dst, acc.astype(np.float32).view(np.uint32))

@@ -17,20 +17,9 @@ from numpy.typing import NDArray
 from trnsim.isa.dtypes import DType, get_dtype, int_range
 from trnsim.numerics.formats import FloatFormat, float_format
 from trnsim.numerics.quantize import decode, encode_exact, quantize_element
+from trnsim.sim.memory import RAW
 
-RAW: dict[int, type[np.unsignedinteger[Any]]] = {1: np.uint8, 2: np.uint16, 4: np.uint32}
 SIGNED: dict[int, type[np.signedinteger[Any]]] = {1: np.int8, 2: np.int16, 4: np.int32}
-
-
-def raw_from_bytes(data: NDArray[np.uint8], itemsize: int) -> NDArray[np.unsignedinteger[Any]]:
-    """(…, itemsize) little-endian bytes → (…) unsigned codes."""
-    return np.ascontiguousarray(data).view(np.dtype(RAW[itemsize]).newbyteorder("<"))[..., 0].astype(RAW[itemsize])
-
-
-def bytes_from_raw(raw: NDArray[Any], itemsize: int) -> NDArray[np.uint8]:
-    """(…) codes → (…, itemsize) little-endian bytes."""
-    arr = np.ascontiguousarray(raw.astype(np.dtype(RAW[itemsize]).newbyteorder("<")))
-    return arr.view(np.uint8).reshape(*raw.shape, itemsize)
 
 
 def _element(d: DType) -> FloatFormat:
@@ -54,6 +43,53 @@ def decode_raw(raw: NDArray[Any], dtype: str) -> NDArray[np.float64]:
     return decode(raw & ((1 << d.bits) - 1), _element(d)).astype(np.float64)
 
 
+def _bf16_to_fp32(raw: NDArray[Any]) -> NDArray[np.float32]:
+    return (raw.astype(np.uint32) << 16).view(np.float32)
+
+
+def _fp16_to_fp32(raw: NDArray[Any]) -> NDArray[np.float32]:
+    return raw.astype(np.uint16).view(np.float16).astype(np.float32)
+
+
+def _fp32_to_fp32(raw: NDArray[Any]) -> NDArray[np.float32]:
+    return raw.astype(np.uint32).view(np.float32)
+
+
+# Widening by bit manipulation (exact, NaN payloads kept), for the dtypes engines read most.
+_DECODE32: dict[str, Any] = {"bf16": _bf16_to_fp32, "fp16": _fp16_to_fp32, "fp32": _fp32_to_fp32}
+
+
+def decode_raw32(raw: NDArray[Any], dtype: str) -> NDArray[np.float32]:
+    """Values of codes as an engine reads them, in fp32 (exact for every float dtype; integers beyond
+    2^24 round, as an fp32 datapath does)."""
+    fast = _DECODE32.get(dtype)
+    return fast(raw) if fast is not None else decode_raw(raw, dtype).astype(np.float32)
+
+
+def _bf16_codes(x: NDArray[Any]) -> NDArray[np.uint16]:
+    """RNE to bf16 by the carry trick (overflow → inf, NaN stays NaN), as codes."""
+    u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
+    rounded = (u + (np.uint32(0x7FFF) + ((u >> 16) & 1))) >> 16
+    top = u >> 16
+    nan_code = np.where((top & 0x7F) == 0, top | 0x40, top)  # keep sign and payload; never become inf
+    return np.where((u & 0x7FFFFFFF) > 0x7F800000, nan_code, rounded).astype(np.uint16)
+
+
+def _fp16_codes(x: NDArray[Any]) -> NDArray[np.uint16]:
+    with np.errstate(over="ignore"):
+        return np.asarray(x, dtype=np.float32).astype(np.float16).view(np.uint16)
+
+
+def _fp32_codes(x: NDArray[Any]) -> NDArray[np.uint32]:
+    with np.errstate(over="ignore"):
+        return np.asarray(x).astype(np.float32).view(np.uint32)
+
+
+# Round-to-nearest-even encoders of the formats with an infinity (so overflow saturates to it, as the
+# general path does); tested equal to the general path.
+_ENCODE_RNE: dict[str, Any] = {"bf16": _bf16_codes, "fp16": _fp16_codes, "fp32": _fp32_codes}
+
+
 def encode_values(
     x: NDArray[Any], dtype: str, rounding: str = "rne", rng: np.random.Generator | None = None
 ) -> NDArray[Any]:
@@ -66,6 +102,9 @@ def encode_values(
         return (v & ((1 << (8 * d.itemsize)) - 1)).astype(RAW[d.itemsize])
     fmt = _element(d)
     src = x if x.dtype == np.float32 or x.dtype == np.float64 else x.astype(np.float64)
+    fast = _ENCODE_RNE.get(d.name) if rounding == "rne" and src.dtype == np.float32 else None
+    if fast is not None:
+        return fast(src)
     if fmt.name == "fp32" and rounding == "rne":
         with np.errstate(over="ignore"):
             return src.astype(np.float32).view(np.uint32)
