@@ -64,3 +64,15 @@ def test_unknown_choices(field: str, value: str) -> None:
 def test_non_positive_and_zero_stage() -> None:
     assert "must be a positive integer" in problems("llama3-8b", "h100", 8, TrainingConfig(tp=0))[0]
     assert "ZeRO stages" in problems("llama3-8b", "h100", 8, TrainingConfig(zero=4))[0]
+
+
+def test_default_split_fits_in_memory() -> None:
+    """Unset TP/PP: the smallest PP, then the smallest TP within a node, whose memory fits."""
+    from trnsim.cluster import estimate
+
+    est = estimate(models.get("llama3-8b"), hw.get("h100"), 64)
+    assert est.fits and est.plan.tp > 1 and est.plan.pp == 1  # TP 1 holds states but not 8k-token activations
+    big = estimate(models.get("llama3-70b"), hw.get("h100"), 256, TrainingConfig(zero=0))
+    assert big.fits and big.plan.tp == 8 and big.plan.pp > 1
+    plan = resolve(models.get("llama3-8b"), hw.get("h100"), 64)  # no memory model: model states only
+    assert plan.tp == 1

@@ -14,13 +14,14 @@ change. Rules (Megatron-LM's, Shoeybi et al. 2019 / Narayanan et al. 2021 / Kort
 - the global batch is a multiple of DP × micro-batch; the precision is one the target's matmul units run.
 
 Defaults: micro-batch 1; CP 1; EP = the largest divisor of the experts that divides DP; SP on when TP > 1;
-TP and PP from :func:`_default_split` (the smallest TP within a node, then PP, that holds the model states
-in half of HBM); global batch ≈ 4 Mi tokens (Llama 2's 4M-token batches, Touvron 2023 §2.2) and at least
+TP and PP: the first of :func:`_candidates` (smallest PP, then the smallest TP within a node) that fits in
+memory; global batch ≈ 4 Mi tokens (Llama 2's 4M-token batches, Touvron 2023 §2.2) and at least
 4·PP micro-batches per replica.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from trnsim.cluster._cache import per_spec
@@ -133,32 +134,60 @@ def tp_ok(model: ModelSpec, tp: int) -> bool:
     return model.heads % tp == 0 and model.f % tp == 0 and (model.g % tp == 0 or tp % model.g == 0)
 
 
-def _default_split(model: ModelSpec, spec: ChipSpec, chips: int, cfg: TrainingConfig) -> tuple[int, int]:
-    """Smallest TP (powers of two within a node), then smallest PP, whose 16-bit weights and gradients
-    plus ZeRO-sharded optimizer states take at most half of HBM; the largest valid split if none does."""
-    per_param = 4 + OPTIMIZERS.get(cfg.optimizer, 12)
+def _candidates(model: ModelSpec, spec: ChipSpec, chips: int, cfg: TrainingConfig) -> list[tuple[int, int]]:
+    """(TP, PP) to try when either is unset, in order of preference: PP as small as possible, and for each PP
+    the smallest TP, a power of two within a node (TP's all-reduces want the fastest links)."""
     cp = cfg.cp or 1
     tps = [cfg.tp] if cfg.tp else [t for t in (1, 2, 4, 8, 16, 32, 64)
                                    if t <= spec.topology.chips_per_node and tp_ok(model, t)] or [1]
     pps = [cfg.pp] if cfg.pp else _divisors(model.layers)
-    best = (tps[-1], pps[0])
-    for pp in pps:
-        for tp in tps:
-            if chips % (tp * pp * cp) or (cfg.dp and cfg.dp * tp * pp * cp != chips):
-                continue
-            best = (tp, pp)
-            dp = chips // (tp * pp * cp)
-            opt_shard = dp * cp if cfg.zero >= 1 else 1
-            state = model.params().total / (tp * pp) * (4 + (per_param - 4) / opt_shard)
-            if state <= 0.5 * spec.hbm_bytes:
-                return tp, pp
-    return best
+    return [(tp, pp) for pp in pps for tp in tps
+            if chips % (tp * pp * cp) == 0 and (not cfg.dp or cfg.dp * tp * pp * cp == chips)]
 
 
-def resolve(model: ModelSpec, spec: ChipSpec, chips: int, cfg: TrainingConfig | None = None) -> Plan:
-    """Fill defaults and check every rule; raise :class:`ClusterConfigError` listing all problems."""
+def static_fit(model: ModelSpec, spec: ChipSpec, plan: Plan) -> float:
+    """Model states (16-bit weights and gradients, ZeRO-sharded optimizer states) over half of HBM: a quick
+    fit test for callers without the memory model (``estimate`` passes the full one)."""
+    per_param = 4.0 + OPTIMIZERS[plan.optimizer] / (plan.dp * plan.cp if plan.zero >= 1 else 1)
+    return model.params().total / (plan.tp * plan.pp) * per_param / (0.5 * spec.hbm_bytes)
+
+
+def resolve(model: ModelSpec, spec: ChipSpec, chips: int, cfg: TrainingConfig | None = None, *,
+            fit: Callable[[Plan], float] | None = None) -> Plan:
+    """Fill defaults and check every rule; raise :class:`ClusterConfigError` listing all problems.
+
+    When TP or PP is unset, the candidates of :func:`_candidates` are tried in order and the first whose
+    ``fit(plan)`` (memory needed / memory usable; default :func:`static_fit`) is at most 1 is taken, else the
+    one that comes closest."""
     cfg = cfg or TrainingConfig()
     where = f"{model.name} on {chips} × {spec.name}"
+    problems = _option_problems(model, spec, chips, cfg)
+    if (cfg.tp and cfg.pp) or problems:  # nothing to choose, or options already wrong: check as given
+        plan, split = _build(model, spec, chips, cfg, cfg.tp or 1, cfg.pp or 1)
+    else:
+        measure: Callable[[Plan], float] = fit or (lambda p: static_fit(model, spec, p))
+        best: tuple[float, Plan] | None = None
+        for tp, pp in _candidates(model, spec, chips, cfg):
+            candidate, errors = _build(model, spec, chips, cfg, tp, pp)
+            if candidate is None or errors:
+                continue
+            ratio = measure(candidate)
+            if best is None or ratio < best[0]:
+                best = (ratio, candidate)
+            if ratio <= 1:
+                break
+        if best is None:  # nothing valid: report the problems of the simplest split
+            plan, split = _build(model, spec, chips, cfg, cfg.tp or 1, cfg.pp or 1)
+        else:
+            plan, split = best[1], []
+    problems += split
+    if problems or plan is None:
+        raise ClusterConfigError(problems, where=where)
+    return plan
+
+
+def _option_problems(model: ModelSpec, spec: ChipSpec, chips: int, cfg: TrainingConfig) -> list[str]:
+    """Rules on single options (values, names, precision, whole nodes)."""
     problems: list[str] = []
     for name, value in (("micro_batch", cfg.micro_batch), ("global_batch", cfg.global_batch),
                         ("seq_len", cfg.seq_len), ("dp", cfg.dp), ("tp", cfg.tp), ("pp", cfg.pp), ("cp", cfg.cp),
@@ -166,7 +195,8 @@ def resolve(model: ModelSpec, spec: ChipSpec, chips: int, cfg: TrainingConfig | 
         if value is not None and value < 1:
             problems.append(f"{name} = {value}: must be a positive integer")
     if chips < 1 or problems:
-        raise ClusterConfigError(problems or [f"chips = {chips}: must be at least 1"], where=where)
+        raise ClusterConfigError(problems or [f"chips = {chips}: must be at least 1"],
+                                 where=f"{model.name} on {chips} × {spec.name}")
     for name, value, table in (("precision", cfg.precision, PRECISIONS), ("optimizer", cfg.optimizer, OPTIMIZERS),
                                ("recompute", cfg.recompute, RECOMPUTE), ("finetune", cfg.finetune, FINETUNE),
                                ("attention", cfg.attention, ATTENTION_KINDS)):
@@ -182,8 +212,13 @@ def resolve(model: ModelSpec, spec: ChipSpec, chips: int, cfg: TrainingConfig | 
     if chips > per_node and chips % per_node:
         problems.append(f"{chips} chips is not a whole number of {per_node}-chip {spec.name} nodes: "
                         f"use a multiple of {per_node}")
+    return problems
 
-    tp, pp = (cfg.tp, cfg.pp) if cfg.tp and cfg.pp else _default_split(model, spec, chips, cfg)
+
+def _build(model: ModelSpec, spec: ChipSpec, chips: int, cfg: TrainingConfig, tp: int,
+           pp: int) -> tuple[Plan | None, list[str]]:
+    """The plan for one (TP, PP), or the rules it breaks."""
+    problems: list[str] = []
     cp = cfg.cp or 1
     mp = tp * pp * cp
     dp = cfg.dp or max(1, chips // mp)
@@ -223,9 +258,10 @@ def resolve(model: ModelSpec, spec: ChipSpec, chips: int, cfg: TrainingConfig | 
     if v > 1 and m % pp:
         problems.append(f"the interleaved schedule needs micro-batches per replica ({m}) divisible by PP {pp}")
     if problems:
-        raise ClusterConfigError(problems, where=where)
+        return None, problems
     return Plan(chips=chips, dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, sp=sp, interleave=v, zero=cfg.zero,
                 recompute=cfg.recompute, overlap_grad_reduce=cfg.overlap_grad_reduce,
-                grad_accumulation_fusion=cfg.grad_accumulation_fusion, global_batch=gb,
-                micro_batch=micro, micro_batches=m, seq_len=seq, precision=cfg.precision, dtype=dtype,
-                optimizer=cfg.optimizer, finetune=cfg.finetune, lora_rank=cfg.lora_rank, attention=cfg.attention)
+                grad_accumulation_fusion=cfg.grad_accumulation_fusion, global_batch=gb, micro_batch=micro,
+                micro_batches=m, seq_len=seq, precision=cfg.precision, dtype=PRECISIONS.get(cfg.precision, "bf16"),
+                optimizer=cfg.optimizer, finetune=cfg.finetune, lora_rank=cfg.lora_rank,
+                attention=cfg.attention), []

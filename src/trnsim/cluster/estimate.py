@@ -159,8 +159,13 @@ class Estimate:
 
 
 def estimate(model: ModelSpec, spec: ChipSpec, chips: int, config: TrainingConfig | None = None) -> Estimate:
-    """Resolve ``config`` (raising ``ClusterConfigError`` on an impossible setup) and estimate it."""
-    return estimate_plan(model, spec, resolve(model, spec, chips, config))
+    """Resolve ``config`` (raising ``ClusterConfigError`` on an impossible setup; unset TP/PP are chosen to
+    fit in memory) and estimate it."""
+    def fit(plan: Plan) -> float:
+        mb = memory(model, spec, plan)
+        return mb.total / mb.usable
+
+    return estimate_plan(model, spec, resolve(model, spec, chips, config, fit=fit))
 
 
 def estimate_plan(model: ModelSpec, spec: ChipSpec, plan: Plan) -> Estimate:
