@@ -95,3 +95,14 @@ def test_validate(capsys: pytest.CaptureFixture[str]) -> None:
     data = json.loads(out)
     assert data["mean_abs_error"] == pytest.approx(result.mean_abs_error)
     assert len(data["rows"]) == 10 and {"published_tflops", "predicted_tflops", "micro_batch"} <= set(data["rows"][0])
+
+
+def test_help_examples_run(capsys: pytest.CaptureFixture[str]) -> None:
+    from trnsim.cli.cluster import ESTIMATE_EPILOG
+
+    text = ESTIMATE_EPILOG.replace("\\\n", " ")
+    examples = [line.split()[1:] for line in text.splitlines() if line.strip().startswith("trnsim estimate")]
+    assert len(examples) >= 4
+    for argv in examples:
+        code, _, err = run(capsys, *argv)
+        assert code == 0, (argv, err)

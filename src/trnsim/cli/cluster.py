@@ -32,9 +32,10 @@ if TYPE_CHECKING:
 
 ESTIMATE_EPILOG = """examples:
   trnsim estimate --model llama3-70b --target trn3 --chips 1024
-  trnsim estimate --model llama3-405b --target h100 --chips 16384 --tp 8 --pp 16 --global-batch 2048 --tokens 15T
+  trnsim estimate --model llama3-405b --target h100 --chips 8064 --tp 8 --pp 14 --interleave 3 \\
+                  --global-batch 2016 --recompute full --tokens 15T
   trnsim estimate --model gpt3-175b --target b200 --chips 512 --precision fp8 --zero 3 --recompute full --json
-  trnsim estimate --model my_model.toml --target trn3 --chips 64 --finetune lora --lora-rank 16
+  trnsim estimate --model llama2-70b --target trn3 --chips 64 --finetune qlora --lora-rank 16
 
 models: {models}
 a model file (.toml or .json) has the zoo's keys: layers, hidden, heads, kv_heads, ffn, vocab, seq_len
