@@ -24,6 +24,7 @@ COMMANDS: dict[str, str] = {
     "estimate": "trnsim.cli.cluster",
     "validate": "trnsim.cli.cluster",
     "fabric": "trnsim.cli.fabric",
+    "plan": "trnsim.cli.plan",
 }
 
 EPILOG = """examples:
