@@ -6,6 +6,7 @@ import doctest
 import importlib.util
 import json
 import shlex
+from typing import Any
 
 import pytest
 
@@ -164,3 +165,21 @@ def test_plan_json(capsys: pytest.CaptureFixture[str]) -> None:
 def test_plan_errors(capsys: pytest.CaptureFixture[str], args: tuple[str, ...], expected: str) -> None:
     code, _, err = run(capsys, *PLAN, *args)
     assert code == 2 and expected in err and "hint:" in err
+
+
+def test_help_examples_run(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    import trnsim.cli.plan as plan_cli
+
+    def narrowed(model: models.ModelSpec, spec: hw.ChipSpec, chips: int, config: TrainingConfig, space: Space,
+                 **options: Any) -> SearchResult:
+        # NOTE: each example's whole search space takes seconds; a slice of it keeps the test fast.
+        slice_ = {"zero": (1,), "micro_batch": (1,), "cp": (1,), "interleave": (1,)}
+        space = Space(**{k: getattr(space, k) or slice_.get(k) for k in planner.SEARCHED})
+        return search(model, spec, chips, config, space, **options)
+
+    monkeypatch.setattr(plan_cli, "search", narrowed)
+    examples = [line.split()[1:] for line in plan_cli.EPILOG.splitlines() if line.strip().startswith("trnsim plan")]
+    assert len(examples) >= 3
+    for argv in examples:
+        code, out, _ = run(capsys, *argv)
+        assert code == 0 and ("best plans" in out or '"plans"' in out), argv

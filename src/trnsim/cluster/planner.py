@@ -71,6 +71,7 @@ from trnsim.cluster.config import (
 from trnsim.cluster.estimate import Estimate, estimate_plan
 from trnsim.cluster.memory import memory
 from trnsim.cluster.models import ModelSpec
+from trnsim.fabric import FabricError
 from trnsim.hw.spec import ChipSpec
 
 # Why a configuration was rejected, and what to change (in the order the summary lists them).
@@ -83,6 +84,7 @@ REASONS: dict[str, str] = {
                   "--global-batch or lower --interleave",
     "sequence parallel": "SP needs the micro-batch's tokens divisible by TP: use --no-sp or another --micro-batch",
     "rules": "a setup rule (see the example): change the option it names",
+    "topology": "the plan's communication groups cannot be laid out on the cluster's fabric: fix EP or CP lower",
     "memory: model states": "weights, gradients and optimizer states alone exceed usable HBM: raise --zero, TP "
                             "or PP, or use more chips",
     "memory: activations": "activations exceed the HBM left: recompute more, lower the micro-batch, or raise TP, "
@@ -395,7 +397,11 @@ def _evaluate(job: _Job, chunk: Sequence[Candidate]) -> ChunkResult:
         except ClusterConfigError as exc:
             tally.add("rules", 1, f"{c.describe()}: {exc.problems[0]}")
             continue
-        est = estimate_plan(job.model, job.spec, plan)
+        try:
+            est = estimate_plan(job.model, job.spec, plan)
+        except FabricError as exc:
+            tally.add("topology", 1, f"{c.describe()}: {exc.message}")
+            continue
         if not est.fits:  # NOTE: the estimate's memory model is most of its cost: checking it first is slower
             mb = est.memory
             tally.add("memory: activations", 1, f"{c.describe()}: needs {_gb(mb.total)} ({_gb(mb.activations)} "
