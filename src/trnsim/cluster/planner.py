@@ -36,7 +36,7 @@ Stages, cheapest first; each rejection is counted under a reason of :data:`REASO
 3. *estimate*: :func:`estimate_plan`, rejected when its memory (activations on top of the states) does not
    fit.
 
-Stages 2 and 3 run in chunks on a process pool (``concurrent.futures``, fork where the platform has it, else its
+Stages 2 and 3 run in chunks on a process pool (``concurrent.futures``; fork on Linux, else the platform's
 default start method; each worker receives the model and target once), or in this process for small searches,
 on one core, or when no worker can be started. Results do not depend on which: candidates are enumerated in a
 fixed order, chunks are merged in that order, and plans are ranked by throughput with ties broken by
@@ -434,10 +434,11 @@ def available_cores() -> int:
 
 
 def _context() -> BaseContext:
-    # NOTE: fork starts workers in milliseconds and they inherit warm caches; the pool is created and every
-    # task submitted before the progress bar starts its thread, so no lock is held across the fork.
-    methods = multiprocessing.get_all_start_methods()
-    return multiprocessing.get_context("fork" if "fork" in methods else None)
+    # NOTE: on Linux, fork starts workers in milliseconds and they inherit warm caches; the pool forks all its
+    # workers at the first submit, before the progress bar starts its thread, so no lock is held across the
+    # fork. Elsewhere (macOS system libraries are not fork-safe) the platform's default start method is used:
+    # workers then receive the job by pickle through the initializer; nothing else is inherited.
+    return multiprocessing.get_context("fork" if sys.platform == "linux" else None)
 
 
 class _Progress:
