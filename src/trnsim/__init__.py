@@ -21,13 +21,18 @@ from trnsim.errors import TrnsimError as TrnsimError
 from trnsim.errors import UnsupportedError as UnsupportedError
 
 if TYPE_CHECKING:
+    from trnsim.dsl import KernelResult as KernelResult
+    from trnsim.dsl import kernel as kernel
+    from trnsim.dsl import run_kernel as run_kernel
     from trnsim.sim import Device as Device
+
+_LAZY = {"Device": "trnsim.sim", "kernel": "trnsim.dsl", "run_kernel": "trnsim.dsl", "KernelResult": "trnsim.dsl"}
 
 
 def __getattr__(name: str) -> object:
     # NOTE: lazy, so `import trnsim` stays cheap and the lower layers never import the simulator
-    if name == "Device":
-        from trnsim.sim import Device
+    if name in _LAZY:
+        import importlib
 
-        return Device
+        return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'trnsim' has no attribute {name!r}")

@@ -1,0 +1,207 @@
+"""``@kernel`` (trace a Python function over HBM tensors into a ``Program``) and ``run_kernel``.
+
+A kernel's positional parameters are its HBM inputs: at call time each is a numpy array (its shape and
+dtype taken from it), a ``TensorSpec`` (shape and ISA dtype, optionally with data), or ``None`` (an
+optional input left out; the function receives ``None``). Keyword arguments are compile-time constants.
+The function declares its outputs with ``hbm_tensor`` and returns them (one, or a tuple). Tracing runs
+the function once per distinct (target, input shapes and dtypes, constants): the program is cached, as
+NKI caches kernels by their arguments, and verified once against the target when it is built.
+
+    >>> import numpy as np, trnsim
+    >>> from trnsim import dsl
+    >>> @trnsim.kernel
+    ... def double(x):
+    ...     out = dsl.hbm_tensor(x.shape, x.dtype)
+    ...     dsl.store(out, dsl.multiply(dsl.load(x), 2.0))
+    ...     return out
+    >>> trnsim.run_kernel(double, np.ones((4, 3), np.float32)).outputs[0].tolist()[0]
+    [2.0, 2.0, 2.0]
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import re
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, overload
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from trnsim import hw
+from trnsim.dsl.errors import KernelError, Location, fail
+from trnsim.dsl.tensor import Tensor
+from trnsim.dsl.trace import Trace, check_dtype, current
+from trnsim.errors import SimError
+from trnsim.isa.program import Program
+from trnsim.isa.verify import verify
+from trnsim.sim.device import Device, Executed
+
+# numpy dtype name → ISA dtype of an input array (float64/int64 narrow to the engines' 32-bit types)
+NUMPY_DTYPES: dict[str, str] = {
+    "float32": "fp32", "float64": "fp32", "float16": "fp16", "bfloat16": "bf16", "float8_e4m3fn": "fp8_e4m3",
+    "float8_e5m2": "fp8_e5m2", "int8": "int8", "uint8": "uint8", "int16": "int16", "uint16": "uint16",
+    "int32": "int32", "uint32": "uint32", "int64": "int32", "bool": "uint8",
+}
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """An HBM input: shape and ISA dtype, and the values to run with (any numeric array; the device rounds
+    them to ``dtype`` on the way in, so float values of an ``mxfp8_e4m3`` input are its element values)."""
+
+    shape: tuple[int, ...]
+    dtype: str
+    data: NDArray[Any] | None = field(default=None, compare=False, repr=False)
+
+    @classmethod
+    def of(cls, array: ArrayLike, dtype: str | None = None) -> TensorSpec:
+        arr = np.asarray(array)
+        if dtype is None:
+            dtype = NUMPY_DTYPES.get(arr.dtype.name)
+            if dtype is None:
+                raise KernelError(f"no ISA dtype for numpy {arr.dtype}", hint="wrap it: TensorSpec.of(x, 'bf16')")
+        return cls(tuple(arr.shape) or (1,), dtype, arr)
+
+
+Arg = TensorSpec | ArrayLike | None
+
+
+def as_spec(arg: Arg) -> TensorSpec | None:
+    if arg is None or isinstance(arg, TensorSpec):
+        return arg
+    return TensorSpec.of(arg)
+
+
+@dataclass(frozen=True)
+class Compiled:
+    """A traced, verified kernel: its program, input and output tensor names, source line per instruction."""
+
+    program: Program
+    inputs: tuple[str | None, ...]  # per positional argument (None: argument left out)
+    outputs: tuple[str, ...]
+    locations: Mapping[tuple[str, int], Location]
+    target: str
+
+
+class Kernel:
+    """A traceable kernel function; see the module docstring."""
+
+    def __init__(self, fn: Callable[..., Any], rounding: str = "rne", seed: int = 0) -> None:
+        self.fn, self.rounding, self.seed = fn, rounding, seed
+        self.params = [p.name for p in inspect.signature(fn).parameters.values()
+                       if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        self._cache: dict[Hashable, Compiled] = {}
+        functools.update_wrapper(self, fn)
+
+    def __repr__(self) -> str:
+        return f"<trnsim kernel {self.fn.__qualname__}>"
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Inside another kernel: inline this one (its tensors are the caller's)."""
+        current()
+        return self.fn(*args, **kwargs)
+
+    def compile(self, *args: Arg, target: str = "trn3", **params: Any) -> Compiled:
+        """Trace (or fetch from the cache) the program for these inputs and constants."""
+        specs = [as_spec(a) for a in args]
+        if len(specs) > len(self.params):
+            raise KernelError(f"{self.fn.__qualname__} takes {len(self.params)} tensors, got {len(specs)}",
+                              hint="pass one array per positional parameter; constants as keywords")
+        key: Hashable = None
+        try:
+            key = (target, tuple(None if s is None else (s.shape, s.dtype) for s in specs),
+                   tuple(sorted(params.items())))
+            hash(key)
+        except TypeError:
+            key = None  # unhashable constants: trace every time
+        if key is not None and key in self._cache:
+            return self._cache[key]
+        compiled = self._trace(specs, target, params)
+        if key is not None:
+            self._cache[key] = compiled
+        return compiled
+
+    def _trace(self, specs: Sequence[TensorSpec | None], target: str, params: dict[str, Any]) -> Compiled:
+        spec = hw.get(target)
+        with Trace(spec) as tr:
+            inputs = [None if s is None else tr.declare(name, s.shape, check_dtype(s.dtype), "input")
+                      for name, s in zip(self.params, specs, strict=False)]
+            result = self.fn(*inputs, **params)
+            code = self.fn.__code__
+            outputs = _output_names(result, {t.buffer.name for t in inputs if t is not None},
+                                    Location(code.co_filename, code.co_firstlineno))
+            program = tr.program(outputs, self.rounding, self.seed)
+            locations = dict(tr.locations)
+        verify(program, spec)
+        names = tuple(None if t is None else t.buffer.name for t in inputs)
+        return Compiled(program, names, outputs, locations, target)
+
+
+def _output_names(result: object, inputs: set[str], at: Location) -> tuple[str, ...]:
+    items = result if isinstance(result, tuple | list) else () if result is None else (result,)
+    names: list[str] = []
+    for item in items:
+        if not isinstance(item, Tensor) or item.on_chip or item.buffer.name in inputs:
+            fail(f"a kernel returns HBM tensors it declared, not {item!r}",
+                 "declare outputs with dsl.hbm_tensor(shape, dtype), store into them, return them", at)
+        names.append(item.buffer.name)
+    return tuple(names)
+
+
+@overload
+def kernel(fn: Callable[..., Any], /) -> Kernel: ...
+@overload
+def kernel(*, rounding: str = "rne", seed: int = 0) -> Callable[[Callable[..., Any]], Kernel]: ...
+def kernel(
+    fn: Callable[..., Any] | None = None, /, *, rounding: str = "rne", seed: int = 0
+) -> Kernel | Callable[[Callable[..., Any]], Kernel]:
+    """Decorator: ``@kernel`` or ``@kernel(rounding="stochastic", seed=1)`` (how engines round on write)."""
+    if fn is not None:
+        return Kernel(fn, rounding, seed)
+
+    def wrap(f: Callable[..., Any]) -> Kernel:
+        return Kernel(f, rounding, seed)
+    return wrap
+
+
+@dataclass(frozen=True)
+class KernelResult:
+    """The outputs of one run (numpy arrays of the values, in return order) and what produced them."""
+
+    outputs: list[NDArray[Any]]
+    program: Program
+    log: tuple[Executed, ...]
+    compiled: Compiled
+
+    def __getitem__(self, i: int) -> NDArray[Any]:
+        return self.outputs[i]
+
+
+def run_kernel(k: Kernel | Callable[..., Any], *arrays: Arg, target: str = "trn3", **params: Any) -> KernelResult:
+    """Trace ``k`` for these inputs (cached), run it on a fresh simulated device, return its outputs."""
+    if not isinstance(k, Kernel):
+        raise KernelError(f"run_kernel takes a @trnsim.kernel function, not {k!r}", hint="decorate it")
+    specs = [as_spec(a) for a in arrays]
+    compiled = k.compile(*specs, target=target, **params)
+    feed: dict[str, NDArray[Any]] = {}
+    for name, s in zip(compiled.inputs, specs, strict=True):
+        if name is None or s is None:
+            continue
+        if s.data is None:
+            raise KernelError(f"input {name} has no data", hint="pass an array, or TensorSpec.of(array, dtype)")
+        data = s.data
+        if data.dtype.kind == "f" and data.dtype.name not in ("float32", "float64"):
+            data = data.astype(np.float32)  # exact for bf16/fp16/fp8; the device's fast paths take fp32
+        feed[name] = data
+    try:
+        result = Device(target).run(compiled.program, feed, check=False)  # verified when compiled
+    except SimError as e:
+        m = re.match(r"(\w+)\[(\d+)\]", e.where or "")
+        loc = compiled.locations.get((m[1], int(m[2]))) if m else None
+        if loc is None:
+            raise
+        raise SimError(e.message, where=f"{loc} ({e.where})", hint=e.hint) from e
+    return KernelResult([result.outputs[n] for n in compiled.outputs], compiled.program, result.log, compiled)

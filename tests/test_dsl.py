@@ -1,0 +1,249 @@
+"""trnsim.dsl: tracing, views, run_kernel, errors that point at the kernel's line."""
+
+from __future__ import annotations
+
+import inspect
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import trnsim
+from trnsim import dsl
+from trnsim.dsl import KernelError, TensorSpec
+
+RNG = np.random.default_rng(0)
+HERE = __file__
+
+
+def line_of(marker: str) -> int:
+    """The line of this file holding ``marker`` (errors must point there)."""
+    lines = inspect.getsource(inspect.getmodule(line_of)).splitlines()  # type: ignore[arg-type]
+    return next(i + 1 for i, text in enumerate(lines) if marker in text and "line_of" not in text)
+
+
+@trnsim.kernel
+def scaled_softmax(x, *, scale=1.0):
+    rows, cols = x.shape
+    out = dsl.hbm_tensor((rows, cols), x.dtype)
+    for r in range(0, rows, 128):
+        n = min(128, rows - r)
+        t = dsl.load(x[r : r + n, :])
+        neg_max = dsl.reduce_max(t, negate=True)
+        e, s = dsl.activation_reduce("exp", t, scale=scale, bias=dsl.multiply(neg_max, scale))
+        dsl.store(out[r : r + n, :], dsl.multiply(e, dsl.reciprocal(s)))
+    return out
+
+
+def test_docstring_example_softmax() -> None:
+    x = RNG.standard_normal((300, 64)).astype(np.float32)
+    res = trnsim.run_kernel(scaled_softmax, x, scale=0.5)
+    ref = np.exp(0.5 * x - 0.5 * x.max(1, keepdims=True))
+    ref /= ref.sum(1, keepdims=True)
+    assert res.outputs[0].shape == (300, 64)
+    np.testing.assert_allclose(res.outputs[0], ref, rtol=1e-5, atol=1e-7)
+    assert {e for e, _ in res.program.streams.items()} == {"vector", "scalar", "sync"}
+
+
+def test_compile_is_cached_per_shape_and_constant() -> None:
+    a = scaled_softmax.compile(TensorSpec((4, 8), "fp32"), scale=2.0)
+    assert scaled_softmax.compile(TensorSpec((4, 8), "fp32"), scale=2.0) is a
+    assert scaled_softmax.compile(TensorSpec((4, 8), "fp32"), scale=3.0) is not a
+    assert scaled_softmax.compile(TensorSpec((5, 8), "fp32"), scale=2.0) is not a
+
+
+@trnsim.kernel
+def views(x, bias):
+    """Rows, a transposed load, a broadcast load and a column view, written to three outputs."""
+    r, c = x.shape
+    t_out = dsl.hbm_tensor((c, r), x.dtype, name="xt")
+    b_out = dsl.hbm_tensor((r, c), "fp32", name="xb")
+    col = dsl.hbm_tensor((r, 1), x.dtype, name="col")
+    dsl.store(t_out, dsl.load(x.T))
+    b = dsl.load(bias.broadcast_to((r, c)))
+    dsl.store(b_out, dsl.add(dsl.load(x), b, dtype="fp32"))
+    dsl.store(col, dsl.load(x)[:, 2:3])
+    return t_out, b_out, col
+
+
+def test_views_transpose_broadcast_column() -> None:
+    x = RNG.integers(-50, 50, (24, 40)).astype(np.float32)
+    bias = RNG.integers(-5, 5, (40,)).astype(np.float32)
+    xt, xb, col = trnsim.run_kernel(views, TensorSpec.of(x, "bf16"), bias).outputs
+    assert np.array_equal(xt, x.T) and np.array_equal(xb, x + bias) and np.array_equal(col, x[:, 2:3])
+
+
+def test_tensor_views_shapes_and_aps() -> None:
+    @trnsim.kernel
+    def k(x):
+        v = x[2:10:2, 1]
+        assert v.shape == (4,) and v.ap().partition_stride == 2 * 8 and v.ap().offset == (2 * 8 + 1) * 4
+        assert x[..., 3].shape == (16,) and x[:, ::-1].ap().free == ((-1, 8),)
+        t = dsl.sbuf((128, 4, 8), "bf16")
+        assert t[:, 1, :].shape == (128, 8) and t[:, 1, :].ap().offset == t.ap().offset + 16
+        assert t[5].shape == (1, 4, 8) and t[5].ap().partition_start == 5
+        assert t[:, :, 0:1].ap().free == ((8, 4),)
+        assert x.T.shape == (8, 16) and x.T.ap().partition_stride == 1
+        out = dsl.hbm_tensor((1, 1), "fp32")
+        dsl.store(out, dsl.zeros((1, 1)))
+        return out
+
+    trnsim.run_kernel(k, np.zeros((16, 8), np.float32))
+
+
+def test_optional_inputs_and_multiple_outputs_in_return_order() -> None:
+    @trnsim.kernel
+    def k(x, maybe):
+        assert maybe is None
+        a, b = dsl.hbm_tensor(x.shape, "fp32", name="a"), dsl.hbm_tensor(x.shape, "fp32", name="b")
+        t = dsl.load(x)
+        dsl.store(b, dsl.add(t, 1.0))
+        dsl.store(a, dsl.add(t, 2.0))
+        return b, a
+
+    b, a = trnsim.run_kernel(k, np.zeros((3, 5), np.float32), None).outputs
+    assert (b == 1).all() and (a == 2).all()
+
+
+def test_bf16_and_fp8_inputs_round_on_the_way_in() -> None:
+    @trnsim.kernel
+    def copy_out(x):
+        out = dsl.hbm_tensor(x.shape, "fp32")
+        dsl.store(out, dsl.load(x))
+        return out
+
+    x = RNG.standard_normal((8, 16)).astype(np.float32)
+    got = trnsim.run_kernel(copy_out, TensorSpec.of(x, "fp8_e4m3")).outputs[0]
+    assert np.array_equal(got, x.astype(ml_dtypes.float8_e4m3fn).astype(np.float32))
+    got = trnsim.run_kernel(copy_out, x.astype(ml_dtypes.bfloat16)).outputs[0]
+    assert np.array_equal(got, x.astype(ml_dtypes.bfloat16).astype(np.float32))
+
+
+def test_kernels_compose_inside_a_trace() -> None:
+    @trnsim.kernel
+    def inner(t):
+        return dsl.exp(t)
+
+    @trnsim.kernel
+    def outer(x):
+        out = dsl.hbm_tensor(x.shape, "fp32")
+        dsl.store(out, inner(dsl.load(x)))
+        return out
+
+    x = np.linspace(-1, 1, 12, dtype=np.float32).reshape(3, 4)
+    np.testing.assert_allclose(trnsim.run_kernel(outer, x).outputs[0], np.exp(x), rtol=1e-6)
+    with pytest.raises(KernelError, match="outside a kernel"):
+        inner(x)
+
+
+# --- errors point at the kernel's line ---------------------------------------------------------------
+
+
+def raises_at(marker: str | int, match: str, kernel: trnsim.dsl.Kernel, *arrays: object) -> KernelError:
+    with pytest.raises(KernelError, match=match) as info:
+        trnsim.run_kernel(kernel, *arrays)
+    line = marker if isinstance(marker, int) else line_of(marker)
+    assert info.value.where == f"{HERE}:{line}", info.value.render()
+    assert info.value.hint
+    return info.value
+
+
+def test_error_partition_dimension_too_large() -> None:
+    @trnsim.kernel
+    def k(x):
+        dsl.sbuf((256, 4))  # MARK-partitions
+        return None
+
+    err = raises_at("MARK-partitions", "partition dimension 256 > 128", k, np.zeros((1, 1), np.float32))
+    assert "dsl.sbuf((256, 4))" in err.render()
+
+
+def test_error_load_too_many_rows() -> None:
+    @trnsim.kernel
+    def k(x):
+        dsl.load(x)  # MARK-rows
+        return None
+
+    raises_at("MARK-rows", "> 128", k, np.zeros((200, 4), np.float32))
+
+
+def test_error_shape_mismatch() -> None:
+    @trnsim.kernel
+    def k(x):
+        t = dsl.load(x)
+        dsl.add(t, t[:, 0:3])  # MARK-shapes
+        return None
+
+    raises_at("MARK-shapes", "shapes", k, np.zeros((4, 8), np.float32))
+
+
+def test_error_illegal_dtype_for_tensor_engine() -> None:
+    @trnsim.kernel
+    def k(x):
+        t = dsl.load(x)
+        dsl.matmul(dsl.psum((4, 4)), t, t)  # MARK-dtype
+        return None
+
+    raises_at("MARK-dtype", "not a TensorE input", k, np.zeros((4, 4), np.int32))
+
+
+def test_error_matmul_tile_limits_and_psum_bank() -> None:
+    @trnsim.kernel
+    def k(x):
+        t = dsl.load(x)
+        dsl.matmul(dsl.psum((8, 1024)), t[:, 0:8], t)  # MARK-bank
+        return None
+
+    raises_at("MARK-bank", "moving free size 1024 > 512", k, np.zeros((16, 1024), np.float32))
+
+
+def test_error_out_of_sbuf_names_sizes_and_live_tiles() -> None:
+    @trnsim.kernel
+    def k(x):
+        keep = [dsl.sbuf((128, 16384)) for _ in range(3)]  # 3 × 64 KiB per partition
+        dsl.sbuf((128, 40000), "bf16")  # MARK-oom
+        return keep and None
+
+    err = raises_at("MARK-oom", "out of sbuf", k, np.zeros((1, 1), np.float32))
+    text = err.render()
+    assert "needs 80000 bytes per partition, 65536 of 262144 are free" in text
+    assert f"{HERE}:{line_of('3 × 64 KiB')}" in text  # the live tiles say where they came from
+    assert "tile the free axis smaller" in text
+
+
+def test_error_returning_an_input_and_unknown_dtype() -> None:
+    @trnsim.kernel
+    def k(x):
+        return x
+
+    raises_at(k.fn.__code__.co_firstlineno, "returns HBM tensors it declared", k, np.zeros((2, 2), np.float32))
+
+    @trnsim.kernel
+    def k2(x):
+        dsl.sbuf((2, 2), "float32")  # MARK-dtype2
+        return None
+
+    raises_at("MARK-dtype2", "unknown dtype", k2, np.zeros((2, 2), np.float32))
+
+
+def test_error_on_chip_transpose_view_and_use_after_release() -> None:
+    @trnsim.kernel
+    def k(x):
+        dsl.load(x).T  # MARK-T  # noqa: B018
+        return None
+
+    raises_at("MARK-T", "cannot be transposed by a view", k, np.zeros((2, 2), np.float32))
+
+    @trnsim.kernel
+    def k2(x):
+        t = dsl.load(x)
+        dsl.release(t)
+        dsl.exp(t)  # MARK-release
+        return None
+
+    raises_at("MARK-release", "after dsl.release", k2, np.zeros((2, 2), np.float32))
+
+
+def test_lazy_exports() -> None:
+    assert trnsim.kernel is dsl.kernel and trnsim.run_kernel is dsl.run_kernel
+    assert trnsim.KernelResult is dsl.KernelResult
