@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import math
+from fractions import Fraction
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -82,18 +85,33 @@ def test_documented_examples() -> None:
     assert q([1.5, 3.0, 6.0, 0.75, 5.0], "e8m0") == [2, 4, 8, 1, 4]
 
 
+def _exact_bf16(v: float) -> float:
+    """Round a float64 to bf16 exactly (Fraction arithmetic, ties to even): an oracle independent of any
+    binary cast. (ml_dtypes 0.6's *scalar* bfloat16 constructor double-rounds through float32.)"""
+    if v == 0:
+        return v
+    e = math.frexp(abs(v))[1] - 1  # floor(log2|v|); bf16's normal range covers every value used here
+    quantum = Fraction(2) ** (e - 7)
+    q = Fraction(abs(v)) / quantum
+    n = math.floor(q)
+    if q - n > Fraction(1, 2) or (q - n == Fraction(1, 2) and n % 2 == 1):
+        n += 1
+    return math.copysign(float(n * quantum), v)
+
+
 def test_float64_input_is_rounded_once() -> None:
     """ml_dtypes' array cast double-rounds through float32 (§B2); quantize rounds float64 directly."""
     x = np.array([1.0625 + 2.0**-30, 1 + 2.0**-8 + 2.0**-40], dtype=np.float64)
     assert tn.quantize(x[:1], "fp8_e4m3")[0] == float(ml_dtypes.float8_e4m3fn(x[0])) == 1.125
-    assert tn.quantize(x[1:], "bf16")[0] == float(ml_dtypes.bfloat16(x[1])) == 1.0078125
+    assert tn.quantize(x[1:], "bf16")[0] == _exact_bf16(float(x[1])) == 1.0078125
     rng = np.random.default_rng(3)
     y = rng.standard_normal(2000) * np.exp2(rng.integers(-20, 10, 2000))
-    scalars = {"fp8_e4m3": ml_dtypes.float8_e4m3fn, "fp8_e5m2": ml_dtypes.float8_e5m2,
-               "bf16": ml_dtypes.bfloat16, "fp16": np.float16}
-    for name, scalar in scalars.items():
+    oracles = {"fp8_e4m3": lambda v: float(ml_dtypes.float8_e4m3fn(v)),  # scalar fp8 casts round once
+               "fp8_e5m2": lambda v: float(ml_dtypes.float8_e5m2(v)),
+               "bf16": _exact_bf16, "fp16": lambda v: float(np.float16(v))}
+    for name, oracle in oracles.items():
         with np.errstate(over="ignore"):
-            ref = np.array([float(scalar(v)) for v in y], dtype=np.float32)
+            ref = np.array([oracle(v) for v in y], dtype=np.float32)
         assert _same(tn.quantize(y, name, saturate=False), ref).all(), name
 
 
