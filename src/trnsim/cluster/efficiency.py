@@ -12,6 +12,14 @@ A matmul takes ``max(compute, memory)``::
   (weight) operand fills 128 PE columns, so k and n tile to 128, while the moving operand streams column by
   column (any m; neuron.md §1.2, §2.6). GPUs: the output is computed in CTA tiles; ``GPU_TILE`` = 128×128 is
   assumed for m and n (cuBLAS/hipBLASLt's common large-GEMM tile; not in reference/).
+- on GPUs ``q`` also has *wave quantisation*: the ``T_m×T_n`` output tiles (× batch) run in waves of one tile
+  per SM (``cores`` in the preset), and a last, partly filled wave leaves SMs idle, so the useful fraction is
+  ``tiles / (⌈tiles/SMs⌉·SMs)`` (NVIDIA Deep Learning Performance documentation, "Matrix Multiplication
+  Background User's Guide", sections "Tile Quantization" and "Wave Quantization": "an NVIDIA A100 GPU has 108
+  SMs; in the particular case of 256x128 thread block tiles, it can execute one thread block per SM, leading
+  to a wave size of 108 tiles"). MAMF is the best case over a sweep of shapes, where both quantisations are
+  nearly whole, so it multiplies them. Presets without ``cores`` (and NeuronCores, whose TensorE runs one
+  matmul at a time) get no wave term.
 - the memory term moves every operand and result once, 16-bit (``Gemm.elements`` × 2 B); it makes the
   efficiency rise with the GEMM's smallest dimension (arithmetic intensity ≈ that dimension, in FLOP/B).
 
@@ -59,6 +67,7 @@ class Roofline:
     tile_n: int
     tile_m: int
     pointwise_rate: float  # elements/s of the vector engines (inf where not modelled)
+    wave: int = 0  # output tiles that run at once (GPU SMs, one tile each); 0: no wave quantisation
 
     @classmethod
     def of(cls, spec: ChipSpec, dtype: str) -> Roofline:
@@ -74,7 +83,7 @@ class Roofline:
             return cls(spec.name, spec.peak_flops(dtype), mamf, source, spec.hbm_bandwidth, True,
                        core.tensor.rows, core.tensor.cols, 1, rate)
         return cls(spec.name, spec.peak_flops(dtype), mamf, source, spec.hbm_bandwidth, False, 1, GPU_TILE,
-                   GPU_TILE, float("inf"))
+                   GPU_TILE, float("inf"), spec.cores or 0)
 
     @property
     def matmul_rate(self) -> float:
@@ -90,9 +99,22 @@ def _q(x: int, tile: int) -> float:
     return x / (-(-x // tile) * tile) if tile > 1 else 1.0
 
 
+def _wave(tiles: int, wave: int) -> float:
+    """Useful fraction of the waves that run ``tiles`` tiles, ``wave`` at a time (1 when not modelled)."""
+    return tiles / (-(-tiles // wave) * wave) if wave > 0 else 1.0
+
+
+def gemm_quantisation(r: Roofline, m: int, n: int, k: int, batch: int = 1) -> float:
+    """Tile × wave quantisation of ``batch`` [m,k]·[k,n] products (module docstring)."""
+    q = _q(m, r.tile_m) * _q(n, r.tile_n) * _q(k, r.tile_k)
+    if r.wave:
+        q *= _wave(-(-m // r.tile_m) * -(-n // r.tile_n) * batch, r.wave)
+    return q
+
+
 def gemm_time(r: Roofline, m: int, n: int, k: int, batch: int, flops: float, elements: int) -> float:
     """Seconds for ``batch`` [m,k]·[k,n] products doing ``flops`` and moving ``elements`` 16-bit values."""
-    q = _q(m, r.tile_m) * _q(n, r.tile_n) * _q(k, r.tile_k)
+    q = gemm_quantisation(r, m, n, k, batch)
     compute = flops / (r.matmul_rate * q)
     return max(compute, elements * ACTIVATION_BYTES / r.memory_rate)
 
