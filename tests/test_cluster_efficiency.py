@@ -6,8 +6,10 @@ from __future__ import annotations
 import pytest
 
 from trnsim import hw
+from trnsim.cluster import models
 from trnsim.cluster.comm import achieved, link_efficiency, topology
 from trnsim.cluster.efficiency import Roofline, gemm_quantisation
+from trnsim.cluster.ops import NORM, QKV_BIAS_ADD, Shard, head_ops, layer_ops
 
 
 def test_wave_quantisation_counts_tiles_over_sms() -> None:
@@ -39,3 +41,16 @@ def test_achieved_link_rates() -> None:
     assert fast["infiniband"] == pytest.approx(0.969 * line["infiniband"])
     node = topology(a100, 16).levels[0]
     assert node.bandwidth == pytest.approx(12 * 25e9 * 0.8)
+
+
+def test_memory_bound_bytes_of_the_2021_stack() -> None:
+    """fp32 vocab-parallel cross-entropy moves 38 + 14 B per logit; 2021's F.linear adds the QKV bias in a
+    separate pass (eager stack only); the final norm is a norm."""
+    m = models.get("megatron-1.7b")
+    for attention, add in (("eager", QKV_BIAS_ADD), ("flash", 0)):
+        sh = Shard(micro_batch=2, seq=m.seq_len, tp=2, attention=attention)
+        ce, emb, norm = head_ops(m, sh)[1]
+        assert (ce.elements, ce.fwd, ce.bwd) == (2 * m.seq_len * m.vocab // 2, 38, 14)
+        assert (norm.fwd, norm.bwd) == NORM and emb.fwd == 4 + 8 + 5
+        bias = next(p for p in layer_ops(m, sh).pointwise if p.name == "qkv bias")
+        assert (bias.elements, bias.fwd, bias.bwd) == (2 * m.seq_len * 3 * m.hidden // 2, add, 2)

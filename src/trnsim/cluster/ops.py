@@ -6,9 +6,10 @@ A layer is a short table of three kinds of op, built once per shape and cached:
   GEMM's backward is a data-gradient and a weight-gradient GEMM of the same size (2× forward); attention's
   activation-by-activation GEMMs have two data gradients (also 2×). Flash attention (Dao 2022) recomputes
   the scores in the backward pass: 5 GEMMs for the 2 of the forward, so ``bwd`` is 3 for the score GEMM.
-- :class:`Pointwise` memory-bound ops (norms, softmax, dropout, activations, residual adds), given as
-  elements and bytes moved per element forward and backward, counted from their inputs and outputs in the
-  16-bit training dtype (1-byte dropout masks, fp32 norm statistics ignored; table ``NORM`` … ``DROPOUT``).
+- :class:`Pointwise` memory-bound ops (norms, softmax, dropout, activations, residual adds, the QKV bias, the
+  embedding and the fp32 cross-entropy), given as elements and bytes moved per element forward and backward,
+  counted from the tensors each kernel reads and writes in the 16-bit training dtype (1-byte dropout masks,
+  fp32 norm statistics ignored; table ``NORM`` … ``CROSS_ENTROPY``).
 - :class:`Comm` collectives on the tensor-, context- or expert-parallel group.
 
 Shapes per chip (``t`` tensor-parallel, ``c`` context-parallel, ``T = b·s/c`` tokens of a micro-batch):
@@ -53,6 +54,17 @@ GELU = (4, 8)  # fused bias-GeLU; backward reads grad and input, writes grad, + 
 SWIGLU = (6, 10)  # silu(gate)·up; backward reads grad, gate, up, writes both gradients
 SOFTMAX = (4, 6)  # fused scale-mask-softmax: reads S, writes P; backward reads P and dP, writes dS
 DROPOUT = (5, 5)  # reads x, writes y and a 1-byte mask; backward reads grad and mask, writes grad
+# The QKV projection's bias (Megatron's ColumnParallelLinear passes it to F.linear): PyTorch of 2021 ran
+# F.linear on a 3-D input as a matmul, then ``output += bias`` (torch/nn/functional.py ≤ 1.7; at::linear in
+# 1.8–1.12): reads 2, writes 2 per output. Later PyTorch folds it into the GEMM epilogue (cuBLASLt bias), free;
+# "eager" attention stands for that 2021 software stack, so only it pays the add.
+QKV_BIAS_ADD = 4
+# Vocab-parallel cross-entropy on fp32 logits, per logit (Megatron-LM megatron/mpu/cross_entropy.py,
+# _VocabParallelCrossEntropy, on ``output.float()`` from the GPT model; megatron/core/tensor_parallel/
+# cross_entropy.py keeps the same passes): forward: cast 16→32-bit (reads 2, writes 4), max (4), in-place
+# subtract (4 + 4), in-place exp (4 + 4), sum (4), in-place divide to the saved softmax (4 + 4) = 38;
+# backward: in-place multiply by the loss gradient (4 + 4), cast back to 16-bit (4 + 2) = 14.
+CROSS_ENTROPY = (38, 14)
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,8 +183,9 @@ def layer_ops(model: ModelSpec, sh: Shard) -> LayerOps:
     point = [Pointwise("norm (attention)", rows * h, *NORM)]
     if model.position == "rope":
         point.append(Pointwise("rotary embedding", tokens * (heads + kv) * d, 4, 4))
-    if model.bias:  # the QKV bias gradient is a reduction over the output gradient
-        point.append(Pointwise("qkv bias gradient", tokens * (heads + 2 * kv) * d, 0, 2))
+    if model.bias:  # the QKV bias gradient is a reduction over the output gradient; see QKV_BIAS_ADD
+        add = QKV_BIAS_ADD if sh.attention == "eager" else 0
+        point.append(Pointwise("qkv bias", tokens * (heads + 2 * kv) * d, add, 2))
     if sh.attention == "eager":  # [b, heads, s, d] → [s, b, heads·d] before the output projection
         point.append(Pointwise("context transpose", tokens * heads * d, 4, 4))
     residual = RESIDUAL_DROPOUT if model.dropout else RESIDUAL
@@ -218,10 +231,14 @@ def head_ops(model: ModelSpec, sh: Shard) -> tuple[tuple[Gemm, ...], tuple[Point
     rows = tokens // sh.tp if sh.sp else tokens
     vocab = -(-model.vocab // sh.tp)
     logits = Gemm("LM head", tokens, vocab, model.hidden)
-    # Cross-entropy on fp32 logits (Megatron's vocab-parallel loss): write fp32, read for max/sum/grad.
-    return (logits,), (Pointwise("cross-entropy", tokens * vocab, 10, 6),
-                       Pointwise("embedding lookup", rows * model.hidden, 4, 4),
-                       Pointwise("final norm", rows * model.hidden, 4, 6))
+    # Embedding (Megatron-LM's Embedding.forward): lookup (reads 2, writes 2; backward scatters the gradient,
+    # 2 + 2), learned positions (lookup writes 2 and the add reads 4, writes 2; backward 2 + 2), dropout.
+    learned = model.position == "learned"
+    emb_fwd = 4 + (8 if learned else 0) + (DROPOUT[0] if model.dropout else 0)
+    emb_bwd = 4 + (4 if learned else 0) + (DROPOUT[1] if model.dropout else 0)
+    return (logits,), (Pointwise("cross-entropy", tokens * vocab, *CROSS_ENTROPY),
+                       Pointwise("embedding lookup", rows * model.hidden, emb_fwd, emb_bwd),
+                       Pointwise("final norm", rows * model.hidden, *NORM))
 
 
 def forward_flops_per_token(model: ModelSpec, seq: int | None = None, causal: bool = False) -> float:
