@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+from typing import NamedTuple
 
 import ml_dtypes
 import numpy as np
@@ -10,9 +11,16 @@ import pytest
 
 import trnsim
 from trnsim import dsl
-from trnsim.dsl import KernelError, TensorSpec
+from trnsim.dsl import KernelError, typed
 
 RNG = np.random.default_rng(0)
+
+
+class Shape(NamedTuple):
+    """A shape description (anything with .shape and .dtype traces)."""
+
+    shape: tuple[int, ...]
+    dtype: str
 HERE = __file__
 
 
@@ -46,10 +54,10 @@ def test_docstring_example_softmax() -> None:
 
 
 def test_compile_is_cached_per_shape_and_constant() -> None:
-    a = scaled_softmax.compile(TensorSpec((4, 8), "fp32"), scale=2.0)
-    assert scaled_softmax.compile(TensorSpec((4, 8), "fp32"), scale=2.0) is a
-    assert scaled_softmax.compile(TensorSpec((4, 8), "fp32"), scale=3.0) is not a
-    assert scaled_softmax.compile(TensorSpec((5, 8), "fp32"), scale=2.0) is not a
+    a = scaled_softmax.compile(Shape((4, 8), "fp32"), scale=2.0)
+    assert scaled_softmax.compile(Shape((4, 8), "fp32"), scale=2.0) is a
+    assert scaled_softmax.compile(Shape((4, 8), "fp32"), scale=3.0) is not a
+    assert scaled_softmax.compile(Shape((5, 8), "float32"), scale=2.0) is not a
 
 
 @trnsim.kernel
@@ -69,7 +77,7 @@ def views(x, bias):
 def test_views_transpose_broadcast_column() -> None:
     x = RNG.integers(-50, 50, (24, 40)).astype(np.float32)
     bias = RNG.integers(-5, 5, (40,)).astype(np.float32)
-    xt, xb, col = trnsim.run_kernel(views, TensorSpec.of(x, "bf16"), bias).outputs
+    xt, xb, col = trnsim.run_kernel(views, typed(x, "bf16"), bias).outputs
     assert np.array_equal(xt, x.T) and np.array_equal(xb, x + bias) and np.array_equal(col, x[:, 2:3])
 
 
@@ -113,7 +121,7 @@ def test_bf16_and_fp8_inputs_round_on_the_way_in() -> None:
         return out
 
     x = RNG.standard_normal((8, 16)).astype(np.float32)
-    got = trnsim.run_kernel(copy_out, TensorSpec.of(x, "fp8_e4m3")).outputs[0]
+    got = trnsim.run_kernel(copy_out, typed(x, "fp8_e4m3")).outputs[0]
     assert np.array_equal(got, x.astype(ml_dtypes.float8_e4m3fn).astype(np.float32))
     got = trnsim.run_kernel(copy_out, x.astype(ml_dtypes.bfloat16)).outputs[0]
     assert np.array_equal(got, x.astype(ml_dtypes.bfloat16).astype(np.float32))

@@ -117,9 +117,10 @@ from trnsim.dsl.errors import KernelError as KernelError
 from trnsim.dsl.jit import Compiled as Compiled
 from trnsim.dsl.jit import Kernel as Kernel
 from trnsim.dsl.jit import KernelResult as KernelResult
-from trnsim.dsl.jit import TensorSpec as TensorSpec
+from trnsim.dsl.jit import Typed as Typed
 from trnsim.dsl.jit import kernel as kernel
 from trnsim.dsl.jit import run_kernel as run_kernel
+from trnsim.dsl.jit import typed as typed
 from trnsim.dsl.reductions import bn_aggr as bn_aggr
 from trnsim.dsl.reductions import bn_stats as bn_stats
 from trnsim.dsl.reductions import partition_broadcast as partition_broadcast

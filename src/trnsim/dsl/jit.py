@@ -1,11 +1,13 @@
 """``@kernel`` (trace a Python function over HBM tensors into a ``Program``) and ``run_kernel``.
 
 A kernel's positional parameters are its HBM inputs: at call time each is a numpy array (its shape and
-dtype taken from it), a ``TensorSpec`` (shape and ISA dtype, optionally with data), or ``None`` (an
-optional input left out; the function receives ``None``). Keyword arguments are compile-time constants.
-The function declares its outputs with ``hbm_tensor`` and returns them (one, or a tuple). Tracing runs
-the function once per distinct (target, input shapes and dtypes, constants): the program is cached, as
-NKI caches kernels by their arguments, and verified once against the target when it is built.
+dtype taken from it), ``typed(array, dtype)`` (the values stored as an ISA dtype numpy lacks, e.g. bf16,
+mxfp8_e4m3, int4), or ``None`` (an optional input left out; the function receives ``None``). To trace
+without data (``Kernel.compile``), any shape description with ``.shape`` and ``.dtype`` will do. Keyword
+arguments are compile-time constants. The function declares its outputs with ``hbm_tensor`` and returns
+them (one, or a tuple). Tracing runs the function once per distinct (target, input shapes and dtypes,
+constants): the program is cached, as NKI caches kernels by their arguments, and verified once against
+the target when it is built.
 
     >>> import numpy as np, trnsim
     >>> from trnsim import dsl
@@ -24,8 +26,8 @@ import functools
 import inspect
 import re
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, overload
+from dataclasses import dataclass
+from typing import Any, Protocol, overload, runtime_checkable
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -35,11 +37,12 @@ from trnsim.dsl.errors import KernelError, Location, fail
 from trnsim.dsl.tensor import Tensor
 from trnsim.dsl.trace import Trace, check_dtype, current
 from trnsim.errors import SimError
+from trnsim.isa.dtypes import DTYPES
 from trnsim.isa.program import Program
 from trnsim.isa.verify import verify
 from trnsim.sim.device import Device, Executed
 
-# numpy dtype name → ISA dtype of an input array (float64/int64 narrow to the engines' 32-bit types)
+# numpy / ml_dtypes dtype name → ISA dtype of an input (float64/int64 narrow to the engines' 32-bit types)
 NUMPY_DTYPES: dict[str, str] = {
     "float32": "fp32", "float64": "fp32", "float16": "fp16", "bfloat16": "bf16", "float8_e4m3fn": "fp8_e4m3",
     "float8_e5m2": "fp8_e5m2", "int8": "int8", "uint8": "uint8", "int16": "int16", "uint16": "uint16",
@@ -48,31 +51,57 @@ NUMPY_DTYPES: dict[str, str] = {
 
 
 @dataclass(frozen=True)
-class TensorSpec:
-    """An HBM input: shape and ISA dtype, and the values to run with (any numeric array; the device rounds
-    them to ``dtype`` on the way in, so float values of an ``mxfp8_e4m3`` input are its element values)."""
+class Typed:
+    """An input array to be stored in HBM as the ISA ``dtype`` (any numeric values; the device rounds them
+    on the way in, so the float values of an ``mxfp8_e4m3`` input are its element values)."""
 
-    shape: tuple[int, ...]
+    data: NDArray[Any]
     dtype: str
-    data: NDArray[Any] | None = field(default=None, compare=False, repr=False)
 
-    @classmethod
-    def of(cls, array: ArrayLike, dtype: str | None = None) -> TensorSpec:
-        arr = np.asarray(array)
-        if dtype is None:
-            dtype = NUMPY_DTYPES.get(arr.dtype.name)
-            if dtype is None:
-                raise KernelError(f"no ISA dtype for numpy {arr.dtype}", hint="wrap it: TensorSpec.of(x, 'bf16')")
-        return cls(tuple(arr.shape) or (1,), dtype, arr)
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self.data.shape) or (1,)
 
 
-Arg = TensorSpec | ArrayLike | None
+def typed(array: ArrayLike, dtype: str) -> Typed:
+    """``array`` as a kernel input of ISA ``dtype`` (e.g. ``typed(x, "bf16")``, ``typed(codes, "int4")``)."""
+    return Typed(np.asarray(array), dtype)
 
 
-def as_spec(arg: Arg) -> TensorSpec | None:
-    if arg is None or isinstance(arg, TensorSpec):
-        return arg
-    return TensorSpec.of(arg)
+Arg = ArrayLike | Typed | None  # or a shape description: anything with .shape and .dtype (compile only)
+
+
+def isa_dtype(dtype: object) -> str:
+    name = str(getattr(dtype, "name", dtype))
+    return name if name in DTYPES else NUMPY_DTYPES.get(name, name)
+
+
+Spec = tuple[tuple[int, ...], str]  # (shape, ISA dtype)
+
+
+@runtime_checkable
+class ShapeDescription(Protocol):
+    """``trnsim.TensorSpec``, ``jax.ShapeDtypeStruct``, …: a shape and a dtype without data."""
+
+    @property
+    def shape(self) -> Sequence[int]: ...
+    @property
+    def dtype(self) -> object: ...
+
+
+def as_typed(arg: object) -> tuple[tuple[int, ...], str, NDArray[Any] | None] | None:
+    """(shape, ISA dtype, data or None) of a kernel argument."""
+    if arg is None:
+        return None
+    if isinstance(arg, Typed):
+        return arg.shape, arg.dtype, arg.data
+    if not isinstance(arg, np.ndarray) and isinstance(arg, ShapeDescription):
+        return tuple(int(n) for n in arg.shape), isa_dtype(arg.dtype), None
+    data = np.asarray(arg)
+    dtype = NUMPY_DTYPES.get(data.dtype.name)
+    if dtype is None:
+        raise KernelError(f"no ISA dtype for numpy {data.dtype}", hint="say which: dsl.typed(x, 'bf16')")
+    return tuple(data.shape) or (1,), dtype, data
 
 
 @dataclass(frozen=True)
@@ -106,14 +135,16 @@ class Kernel:
 
     def compile(self, *args: Arg, target: str = "trn3", **params: Any) -> Compiled:
         """Trace (or fetch from the cache) the program for these inputs and constants."""
-        specs = [as_spec(a) for a in args]
+        return self.compile_specs([None if t is None else t[:2] for t in map(as_typed, args)], target, params)
+
+    def compile_specs(self, specs: Sequence[Spec | None], target: str, params: dict[str, Any]) -> Compiled:
+        """``compile`` from (shape, ISA dtype) per positional argument."""
         if len(specs) > len(self.params):
             raise KernelError(f"{self.fn.__qualname__} takes {len(self.params)} tensors, got {len(specs)}",
                               hint="pass one array per positional parameter; constants as keywords")
         key: Hashable = None
         try:
-            key = (target, tuple(None if s is None else (s.shape, s.dtype) for s in specs),
-                   tuple(sorted(params.items())))
+            key = (target, tuple(specs), tuple(sorted(params.items())))
             hash(key)
         except TypeError:
             key = None  # unhashable constants: trace every time
@@ -124,10 +155,10 @@ class Kernel:
             self._cache[key] = compiled
         return compiled
 
-    def _trace(self, specs: Sequence[TensorSpec | None], target: str, params: dict[str, Any]) -> Compiled:
+    def _trace(self, specs: Sequence[Spec | None], target: str, params: dict[str, Any]) -> Compiled:
         spec = hw.get(target)
         with Trace(spec) as tr:
-            inputs = [None if s is None else tr.declare(name, s.shape, check_dtype(s.dtype), "input")
+            inputs = [None if s is None else tr.declare(name, s[0], check_dtype(s[1]), "input")
                       for name, s in zip(self.params, specs, strict=False)]
             result = self.fn(*inputs, **params)
             code = self.fn.__code__
@@ -184,15 +215,16 @@ def run_kernel(k: Kernel | Callable[..., Any], *arrays: Arg, target: str = "trn3
     """Trace ``k`` for these inputs (cached), run it on a fresh simulated device, return its outputs."""
     if not isinstance(k, Kernel):
         raise KernelError(f"run_kernel takes a @trnsim.kernel function, not {k!r}", hint="decorate it")
-    specs = [as_spec(a) for a in arrays]
-    compiled = k.compile(*specs, target=target, **params)
+    args = [as_typed(a) for a in arrays]
+    compiled = k.compile_specs([None if a is None else a[:2] for a in args], target, params)
     feed: dict[str, NDArray[Any]] = {}
-    for name, s in zip(compiled.inputs, specs, strict=True):
-        if name is None or s is None:
+    for name, a in zip(compiled.inputs, args, strict=True):
+        if name is None or a is None:
             continue
-        if s.data is None:
-            raise KernelError(f"input {name} has no data", hint="pass an array, or TensorSpec.of(array, dtype)")
-        data = s.data
+        data = a[2]
+        if data is None:
+            raise KernelError(f"input {name} is a shape description", hint="run_kernel needs arrays; "
+                              "use Kernel.compile to trace from shapes")
         if data.dtype.kind == "f" and data.dtype.name not in ("float32", "float64"):
             data = data.astype(np.float32)  # exact for bf16/fp16/fp8; the device's fast paths take fp32
         feed[name] = data

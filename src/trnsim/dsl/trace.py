@@ -12,8 +12,8 @@ issue them), round-robin over the core's DMA queues; each queue is its own sync 
     >>> from trnsim import hw
     >>> with Trace(hw.get("trn3")) as tr:
     ...     t = tr.allocate("sbuf", (128, 64), "fp32")
-    >>> tr.allocators["sbuf"].free_bytes == hw.get("trn3").core.sbuf.bytes_per_partition
-    True
+    >>> str(t.ap()), tr.allocators["sbuf"].free_bytes
+    ('sbuf:fp32[0:128,+0,64x1]', 261888)
 """
 
 from __future__ import annotations
