@@ -25,8 +25,11 @@ if TYPE_CHECKING:
     from trnsim.dsl import kernel as kernel
     from trnsim.dsl import run_kernel as run_kernel
     from trnsim.sim import Device as Device
+    from trnsim.sim.profile import Profile as Profile
+    from trnsim.sim.tensorspec import TensorSpec as TensorSpec
 
-_LAZY = {"Device": "trnsim.sim", "kernel": "trnsim.dsl", "run_kernel": "trnsim.dsl", "KernelResult": "trnsim.dsl"}
+_LAZY = {"Device": "trnsim.sim", "kernel": "trnsim.dsl", "run_kernel": "trnsim.dsl", "KernelResult": "trnsim.dsl",
+         "TensorSpec": "trnsim.sim.tensorspec", "Profile": "trnsim.sim.profile"}
 
 
 def __getattr__(name: str) -> object:

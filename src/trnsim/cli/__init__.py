@@ -25,6 +25,7 @@ COMMANDS: dict[str, str] = {
     "validate": "trnsim.cli.cluster",
     "fabric": "trnsim.cli.fabric",
     "plan": "trnsim.cli.plan",
+    "profile": "trnsim.cli.profile",
 }
 
 EPILOG = """examples:

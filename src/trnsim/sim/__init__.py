@@ -1,4 +1,5 @@
-"""The functional simulator: ISA semantics in plain numpy (the living spec of ``trnsim.isa``) and ``Device``.
+"""The simulator: ISA semantics in plain numpy (the living spec of ``trnsim.isa``), ``Device``, and the timing
+model (``sim.timing``) with its ``Profile`` (``sim.profile``) and trace export (``sim.trace``).
 
     >>> from trnsim.sim import Device
     >>> Device("trn3").spec.cores
@@ -11,3 +12,4 @@ from trnsim.sim.device import Device as Device
 from trnsim.sim.device import Executed as Executed
 from trnsim.sim.device import RunResult as RunResult
 from trnsim.sim.semantics import SEMANTICS as SEMANTICS
+from trnsim.sim.tensorspec import TensorSpec as TensorSpec

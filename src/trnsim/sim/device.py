@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -40,6 +40,9 @@ from trnsim.sim.memory import RAW, DenseMemory, Fault, SparseMemory
 from trnsim.sim.semantics import SEMANTICS
 from trnsim.sim.values import decode_raw, encode_values
 
+if TYPE_CHECKING:
+    from trnsim.sim.profile import Labels, Profile
+
 
 @dataclass(frozen=True)
 class Executed:
@@ -53,10 +56,11 @@ class Executed:
 
 @dataclass(frozen=True)
 class RunResult:
-    """Output tensors by name (declaration order) and the execution log."""
+    """Output tensors by name (declaration order), the execution log and, with ``timing=True``, the profile."""
 
     outputs: dict[str, NDArray[Any]]
     log: tuple[Executed, ...]
+    profile: Profile | None = None
 
     def __getitem__(self, name: str) -> NDArray[Any]:
         return self.outputs[name]
@@ -101,18 +105,39 @@ class Device:
         self.chips = [Chip(i, self.spec) for i in range(chips)]
         self.strict_reads = strict_reads
 
+    @overload
+    def run(self, program: Program, inputs: Mapping[str, ArrayLike] | Sequence[ArrayLike] = (), *, core: int = 0,
+            chip: int = 0, check: bool = True, timing: bool = False, timing_only: Literal[False] = False,
+            labels: Labels | None = None) -> RunResult: ...
+
+    @overload
+    def run(self, program: Program, inputs: Mapping[str, object] | Sequence[object] = (), *, core: int = 0,
+            chip: int = 0, check: bool = True, timing: bool = False, timing_only: Literal[True],
+            labels: Labels | None = None) -> Profile: ...
+
     def run(
         self,
         program: Program,
-        inputs: Mapping[str, ArrayLike] | Sequence[ArrayLike] = (),
+        inputs: Mapping[str, Any] | Sequence[Any] = (),
         *,
         core: int = 0,
         chip: int = 0,
         check: bool = True,
-    ) -> RunResult:
-        """Run ``program`` on one core. ``check=False`` skips the verifier (faults then surface at run time)."""
+        timing: bool = False,
+        timing_only: bool = False,
+        labels: Labels | None = None,
+    ) -> RunResult | Profile:
+        """Run ``program`` on one core. ``check=False`` skips the verifier (faults then surface at run time).
+
+        ``timing=True`` also times it (``RunResult.profile``); ``timing_only=True`` only times it and returns
+        the ``Profile``: inputs may be omitted or be shape descriptions (``trnsim.TensorSpec``), no memory is
+        touched. ``labels`` maps ``(engine, index)`` to a label for the profile's per-kernel breakdown."""
         if check:
             verify(program, self.spec)
+        if timing_only:
+            from trnsim.sim.timing.run import time_program
+
+            return time_program(program, self.spec, inputs, labels=labels)
         if not 0 <= chip < len(self.chips):
             raise SimError(f"chip {chip} does not exist", hint=f"the device has chips 0..{len(self.chips) - 1}")
         target = self.chips[chip]
@@ -126,9 +151,15 @@ class Device:
                       bank_bytes=core_spec.psum.bank_bytes)
         for decl, value in _bind_inputs(program, inputs).items():
             self._store(target.hbm, decl, layout[decl.name], value)
-        log = execute(program, ctx)
+        profile = None
+        if timing:
+            from trnsim.sim.timing.run import execute_timed
+
+            log, profile = execute_timed(program, ctx, self.spec, labels)
+        else:
+            log = execute(program, ctx)
         outputs = {t.name: self._load(target.hbm, t, layout[t.name]) for t in program.role("output")}
-        return RunResult(outputs, log)
+        return RunResult(outputs, log, profile)
 
     @staticmethod
     def _tensor_codes(mem: SparseMemory, decl: TensorDecl, base: int) -> tuple[NDArray[Any], NDArray[np.bool_]]:
