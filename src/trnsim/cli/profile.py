@@ -13,6 +13,8 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from rich.console import Console
+
 from trnsim.cli._output import print_json, print_table
 from trnsim.errors import ConfigError
 from trnsim.hw.units import format_quantity
@@ -76,8 +78,12 @@ def cmd_profile(args: argparse.Namespace) -> int:
     from trnsim.sim.device import Device
 
     device = Device(args.target) if args.target else Device()
-    program, what = _program(args, device.spec)
-    profile = device.run(program, timing_only=True)
+    with Console(stderr=True).status("building the program …") as status:
+        program, what = _program(args, device.spec)
+        status.update(f"timing {sum(len(s) for s in program.streams.values()):,} instructions …")
+        # NOTE: a file is verified; the built-in examples are verified by the test suite, and the verifier
+        # takes seconds on the largest of them (it checks every access of every instruction)
+        profile = device.run(program, timing_only=True, check=args.program is not None)
     if args.plot:
         plot_roofline(profile, device.spec, args.plot, what)
     if args.trace:

@@ -170,6 +170,9 @@ class Profile:
         try:
             with os.fdopen(fd, "w") as f:
                 json.dump(self.to_chrome_trace(), f, separators=(",", ":"))
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes it private; a trace is an ordinary file
             os.replace(tmp, target)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)

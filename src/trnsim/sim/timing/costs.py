@@ -171,10 +171,11 @@ STATIONARY: dict[type[Instruction], Callable[[Any], AccessPattern]] = {
     Matmul: lambda i: i.stationary,
     TensorTranspose: lambda i: i.src,
 }
-# ... and what else its cost depends on (with the stationary's shape: the key of a cost cache).
-MOVING: dict[type[Instruction], Callable[[Any], tuple[object, ...]]] = {
-    Matmul: lambda i: (signature(i.moving), i.sparsity),
-    TensorTranspose: lambda i: (),
+# ... and everything its cost depends on (the key of a cost cache: shapes, dtypes, sparsity; no addresses).
+TENSOR_KEY: dict[type[Instruction], Callable[[Any], tuple[object, ...]]] = {
+    Matmul: lambda i: (Matmul, i.stationary.dtype, i.stationary.partitions, i.stationary.free, i.moving.dtype,
+                       i.moving.free, i.sparsity),
+    TensorTranspose: lambda i: (TensorTranspose, i.src.dtype, i.src.partitions, i.src.free),
 }
 
 
@@ -287,6 +288,6 @@ def core_of(spec: ChipSpec) -> CoreSpec:
 
 __all__ = [
     "ACT_READ_ACCUMULATOR", "DMA_DESCRIPTOR_OVERHEAD_BYTES", "DMA_TRANSPOSE_EFFICIENCY", "FAST_LS_SPEEDUP",
-    "MM_INIT_LATENCY", "MOVING", "STATIC_OVERHEAD", "STATIONARY", "STRIDE_PENALTY", "TENSOR_SHAPES", "DmaCost",
+    "MM_INIT_LATENCY", "STATIC_OVERHEAD", "STATIONARY", "STRIDE_PENALTY", "TENSOR_KEY", "TENSOR_SHAPES", "DmaCost",
     "EngineCost", "TensorWork", "contiguous_run", "dma_cost", "engine_cost", "signature", "tensor_cost",
 ]

@@ -33,8 +33,8 @@ from trnsim.isa.base import ENGINES, Engine, Instruction, Nop
 from trnsim.isa.program import Program, where
 from trnsim.sim.timing.costs import (
     DMA_SIDES,
-    MOVING,
     STATIONARY,
+    TENSOR_KEY,
     TENSOR_SHAPES,
     DmaCost,
     EngineCost,
@@ -107,53 +107,56 @@ class _Costs:
     dma: dict[int, DmaCost] = field(default_factory=dict[int, DmaCost])
     tensor: dict[int, TensorWork] = field(default_factory=dict[int, TensorWork])
 
-    def add(self, kind: int, cost: EngineCost | None = None) -> None:
-        self.kind.append(kind)
-        self.busy.append(cost.busy if cost else 0.0)
-        self.load.append(cost.load if cost else 0.0)
-        self.latency.append(cost.latency if cost else 0.0)
-
 
 def _costs(program: Program, core: CoreSpec) -> _Costs:
-    """Cost every instruction once; identical shapes share one computation (``costs.signature``)."""
+    """Cost every instruction once; instructions of identical shapes share one computation."""
     out = _Costs()
+    kinds, busy, load, latency = out.kind, out.busy, out.load, out.latency
     engines = {"vector": core.vector, "scalar": core.scalar, "gpsimd": core.gpsimd}
-    works: dict[tuple[object, ...], TensorWork] = {}
-    tensor_costs: dict[tuple[TensorWork, bool], EngineCost] = {}
+    works: dict[tuple[object, ...], tuple[TensorWork, EngineCost, EngineCost]] = {}
     dma_costs: dict[tuple[object, ...], DmaCost] = {}
+    gid = 0
     for engine, stream in program.streams.items():
         previous = None
         for i, ins in enumerate(stream):
             kind = type(ins)
             shape = TENSOR_SHAPES.get(kind)
             if shape is not None:
+                key = TENSOR_KEY[kind](ins)
+                cached = works.get(key)
+                if cached is None:
+                    work = shape(ins, core)
+                    cached = works[key] = (work, tensor_cost(work, core, False), tensor_cost(work, core, True))
                 stationary = STATIONARY[kind](ins)
-                key = (kind, signature(stationary), *MOVING[kind](ins))
-                work = works.get(key)
-                if work is None:
-                    work = works[key] = shape(ins, core)
-                out.tensor[len(out.kind)] = work
-                changed = stationary != previous
+                cost = cached[2] if stationary != previous else cached[1]
                 previous = stationary
-                cost = tensor_costs.get((work, changed))
-                if cost is None:
-                    cost = tensor_costs[(work, changed)] = tensor_cost(work, core, changed)
-                out.add(KIND_TENSOR, cost)
-            elif kind in DMA_SIDES:
-                src, dst, *_ = DMA_SIDES[kind](ins)
-                key = (kind, getattr(ins, "queue", 0), signature(src), signature(dst))
-                dcost = dma_costs.get(key)
-                if dcost is None:
-                    dcost = dma_costs[key] = dma_cost(ins, core)
-                out.dma[len(out.kind)] = dcost
-                out.add(KIND_DMA)
-            elif kind is Nop:
-                out.add(KIND_NOP)
-            elif engine in engines:
-                out.add(KIND_ENGINE, engine_cost(ins, engine, engines[engine]))
+                out.tensor[gid] = cached[0]
+                kinds.append(KIND_TENSOR)
+                busy.append(cost.busy)
+                load.append(cost.load)
+                latency.append(cost.latency)
             else:
-                raise SimError(f"no cost rule for {ins.mnemonic} on {engine}", where=where(engine, i, ins),
-                               hint="run it on an engine that has it (trnsim.isa.verify)")
+                if kind in DMA_SIDES:
+                    src, dst, *_ = DMA_SIDES[kind](ins)
+                    key = (kind, getattr(ins, "queue", 0), signature(src), signature(dst))
+                    dcost = dma_costs.get(key)
+                    if dcost is None:
+                        dcost = dma_costs[key] = dma_cost(ins, core)
+                    out.dma[gid] = dcost
+                    kinds.append(KIND_DMA)
+                    busy.append(0.0)
+                elif kind is Nop:
+                    kinds.append(KIND_NOP)
+                    busy.append(0.0)
+                elif engine in engines:
+                    kinds.append(KIND_ENGINE)
+                    busy.append(engine_cost(ins, engine, engines[engine]).busy)
+                else:
+                    raise SimError(f"no cost rule for {ins.mnemonic} on {engine}", where=where(engine, i, ins),
+                                   hint="run it on an engine that has it (trnsim.isa.verify)")
+                load.append(0.0)
+                latency.append(0.0)
+            gid += 1
     return out
 
 
@@ -183,7 +186,8 @@ def simulate(program: Program, spec: ChipSpec) -> Timeline:
     bases = list(itertools.accumulate((len(s) for _, s in streams), initial=0))
     pc = [0] * len(streams)
     reach = [0.0] * len(streams)  # when the engine could look at its next instruction
-    last: list[tuple[int, int]] = [(-1, VIA_NONE)] * len(streams)  # what an engine-order start depends on
+    last_pred = [-1] * len(streams)  # what an engine-order start depends on, and why
+    last_via = [VIA_NONE] * len(streams)
     prev_mm_start = NEVER
     sig_times: dict[str, list[float]] = {}
     sig_who: dict[str, list[int]] = {}
@@ -207,24 +211,24 @@ def simulate(program: Program, spec: ChipSpec) -> Timeline:
                 if times[cnt - 1] > ready:
                     ready, wpred = times[cnt - 1], sig_who[s][cnt - 1]
             issue[gid] = now
-            if wpred >= 0 and (ready > reach[es] or last[es][0] < 0):
+            if wpred >= 0 and (ready > reach[es] or last_pred[es] < 0):
                 pred[gid], via[gid] = wpred, VIA_WAIT
             else:
-                pred[gid], via[gid] = last[es]
+                pred[gid], via[gid] = last_pred[es], last_via[es]
             seqs[gid] = next(counter)
             kind = kinds[gid]
             i += 1
             if kind == KIND_DMA:  # issued in no engine time; the transfer waits for its queue
                 cost = dma_costs[gid]
                 track[gid] = QUEUE_TRACK + cost.queue
-                last[es], reach[es] = (pred[gid], via[gid]), now
+                last_pred[es], last_via[es], reach[es] = pred[gid], via[gid], now
                 behind = dma.submit(gid, cost, now)
                 if behind >= 0:
                     pred[gid], via[gid] = behind, VIA_QUEUE
                 continue
             if kind == KIND_NOP:
                 start[gid] = end[gid] = now
-                last[es], reach[es] = (pred[gid], via[gid]), now
+                last_pred[es], last_via[es], reach[es] = pred[gid], via[gid], now
                 if ins.signal:
                     push(now, EFFECT, gid)
                 else:
@@ -240,8 +244,9 @@ def simulate(program: Program, spec: ChipSpec) -> Timeline:
                         exposed[gid] = begin - now
                 prev_mm_start = begin
             finish = begin + busy[gid]
-            start[gid], end[gid], reach[es] = now, finish, finish
-            last[es] = (gid, VIA_ENGINE)
+            start[gid] = now
+            end[gid] = reach[es] = finish
+            last_pred[es], last_via[es] = gid, VIA_ENGINE
             if ins.signal:
                 push(finish + latency[gid], EFFECT, gid)
             else:
