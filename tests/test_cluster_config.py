@@ -74,5 +74,8 @@ def test_default_split_fits_in_memory() -> None:
     assert est.fits and est.plan.tp > 1 and est.plan.pp == 1  # TP 1 holds states but not 8k-token activations
     big = estimate(models.get("llama3-70b"), hw.get("h100"), 256, TrainingConfig(zero=0))
     assert big.fits and big.plan.tp == 8 and big.plan.pp > 1
-    plan = resolve(models.get("llama3-8b"), hw.get("h100"), 64)  # no memory model: model states only
+    # no memory model: model states only (16-bit gradients: 4 + 12/64 B per parameter, under half of HBM)
+    plan = resolve(models.get("llama3-8b"), hw.get("h100"), 64, TrainingConfig(fp32_grads=False))
     assert plan.tp == 1
+    # fp32 main gradients (bf16's default) take 6 + 12/64 B per parameter: over half of HBM at TP 1
+    assert resolve(models.get("llama3-8b"), hw.get("h100"), 64).tp == 2

@@ -3,12 +3,15 @@ link rates, the memory-bound ops' bytes, the optimizer step's passes and the gra
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from trnsim import hw
-from trnsim.cluster import models
+from trnsim.cluster import Estimate, TrainingConfig, estimate, models, resolve
 from trnsim.cluster.comm import achieved, link_efficiency, topology
 from trnsim.cluster.efficiency import Roofline, gemm_quantisation
+from trnsim.cluster.memory import stage_weights
 from trnsim.cluster.ops import NORM, QKV_BIAS_ADD, Shard, head_ops, layer_ops
 
 
@@ -54,3 +57,36 @@ def test_memory_bound_bytes_of_the_2021_stack() -> None:
         assert (norm.fwd, norm.bwd) == NORM and emb.fwd == 4 + 8 + 5
         bias = next(p for p in layer_ops(m, sh).pointwise if p.name == "qkv bias")
         assert (bias.elements, bias.fwd, bias.bwd) == (2 * m.seq_len * 3 * m.hidden // 2, add, 2)
+
+
+def _a100_plan(model: str, chips: int, **options: object) -> Estimate:
+    cfg = TrainingConfig(tp=8, pp=1, micro_batch=1, precision="fp16", recompute="full", attention="eager", sp=False,
+                         zero=0, overlap_grad_reduce=False, grad_accumulation_fusion=False)
+    return estimate(models.get(model), hw.get("a100"), chips, dataclasses.replace(cfg, **options))  # type: ignore[arg-type]
+
+
+def test_gradient_dtype_sets_bytes_and_memory() -> None:
+    """fp32 main gradients: 4 B in the buffer and in the DP reduction, no fp32 copy for the update (Megatron-LM's
+    18 B/param for bf16 + fp32 gradients vs 20 B for fp16 parameters and gradients, without ZeRO)."""
+    wide, narrow = _a100_plan("megatron-18.4b", 64, fp32_grads=True), _a100_plan("megatron-18.4b", 64, fp32_grads=False)
+    for est, per_param in ((wide, 18), (narrow, 20)):
+        mb = est.memory
+        assert (mb.weights + mb.gradients + mb.optimizer) / (mb.weights / 2) == pytest.approx(per_param)
+    assert wide.breakdown["grad_accum"] / narrow.breakdown["grad_accum"] == pytest.approx(10 / 6)
+    assert wide.breakdown["dp_comm"] > 1.9 * narrow.breakdown["dp_comm"]
+    assert resolve(models.get("llama3-8b"), hw.get("h100"), 8).fp32_grads  # bf16 default
+    assert not resolve(models.get("llama3-8b"), hw.get("h100"), 8, TrainingConfig(precision="fp16")).fp32_grads
+
+
+def test_optimizer_step_passes() -> None:
+    """Per shard parameter: update 28 + unscale 8 (fp16) + norm 4 + 16-bit copy 6 (+ 6 fp32 copy of 16-bit
+    gradients), and a write of the gradient buffer to zero it."""
+    spec = hw.get("a100")
+    r = Roofline.of(spec, "fp16")
+    for fp32, per_param in ((True, 28 + 8 + 4 + 6 + 4), (False, 28 + 8 + 4 + 6 + 6 + 2)):
+        est = _a100_plan("megatron-18.4b", 64, fp32_grads=fp32)
+        params = sum(stage_weights(models.get("megatron-18.4b"), est.plan, "first"))
+        assert est.breakdown["optimizer"] == pytest.approx(params * per_param / r.memory_rate)
+    bf16 = _a100_plan("megatron-18.4b", 64, precision="bf16")  # no loss scaling: no unscale pass
+    params = sum(stage_weights(models.get("megatron-18.4b"), bf16.plan, "first"))
+    assert bf16.breakdown["optimizer"] == pytest.approx(params * (28 + 4 + 6 + 4) / r.memory_rate)

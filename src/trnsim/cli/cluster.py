@@ -41,7 +41,7 @@ models: {models}
 a model file (.toml or .json) has the zoo's keys: layers, hidden, heads, kv_heads, ffn, vocab, seq_len
 (and optional mlp, norm, position, bias, dropout, tied_embeddings, experts, top_k, moe_ffn).
 Unset options get defaults: DP from the chip count, TP within a node, SP on with TP > 1, micro-batch 1,
-about 4M tokens per batch, ZeRO-1, selective recompute, flash attention.
+about 4M tokens per batch, ZeRO-1, selective recompute, flash attention, fp32 gradients (16-bit with fp16).
 """
 VALIDATE_EPILOG = """examples:
   trnsim validate
@@ -79,6 +79,8 @@ def register(subparsers: SubParsers) -> None:
     p.add_argument("--optimizer", default="adamw", choices=list(OPTIMIZERS))
     p.add_argument("--overlap-grad-reduce", action=argparse.BooleanOptionalAction, default=True,
                    help="overlap the gradient reduction with backward (default on)")
+    p.add_argument("--fp32-grads", action=argparse.BooleanOptionalAction,
+                   help="accumulate and reduce gradients in fp32 (default: on unless --precision fp16)")
     p.add_argument("--finetune", default="full", choices=list(FINETUNE), help="full training, LoRA or QLoRA")
     p.add_argument("--lora-rank", type=int, default=16, help="LoRA rank r")
     p.add_argument("--attention", default="flash", choices=list(ATTENTION_KINDS), help="attention kernel")
@@ -108,7 +110,8 @@ def _config(args: argparse.Namespace) -> TrainingConfig:
                           precision=args.precision, optimizer=args.optimizer, dp=args.dp, tp=args.tp, pp=args.pp,
                           cp=args.cp, ep=args.ep, sp=args.sp, interleave=args.interleave, zero=args.zero,
                           recompute=args.recompute, overlap_grad_reduce=args.overlap_grad_reduce,
-                          finetune=args.finetune, lora_rank=args.lora_rank, attention=args.attention)
+                          finetune=args.finetune, lora_rank=args.lora_rank, attention=args.attention,
+                          fp32_grads=args.fp32_grads)
 
 
 def _gb(x: float) -> str:

@@ -14,6 +14,8 @@ change. Rules (Megatron-LM's, Shoeybi et al. 2019 / Narayanan et al. 2021 / Kort
 - the global batch is a multiple of DP × micro-batch; the precision is one the target's matmul units run.
 
 Defaults: micro-batch 1; CP 1; EP = the largest divisor of the experts that divides DP; SP on when TP > 1;
+fp32 gradients (accumulated across micro-batches and reduced over DP in fp32) unless the precision is fp16, as
+Megatron-LM does (megatron/arguments.py: bf16 forces ``--accumulate-allreduce-grads-in-fp32``, fp16 leaves it off);
 TP and PP: the first of :func:`_candidates` (smallest PP, then the smallest TP within a node) that fits in
 memory; global batch ≈ 4 Mi tokens (Llama 2's 4M-token batches, Touvron 2023 §2.2) and at least
 4·PP micro-batches per replica.
@@ -36,6 +38,12 @@ PRECISIONS: dict[str, str] = {"bf16": "bf16", "fp16": "fp16", "fp8": "fp8_e4m3",
 # Optimizer state bytes per trained parameter beyond 16-bit weights and gradients: fp32 master copy plus
 # moments (ZeRO, Rajbhandari et al. 2020 §3.1: K = 12 for mixed-precision Adam; SGD with momentum: 4 + 4).
 OPTIMIZERS: dict[str, int] = {"adam": 12, "adamw": 12, "sgd": 8}
+# Bytes per gradient element: fp32 main gradients, or the 16-bit training dtype. With 16-bit gradients the fp32
+# update reads an fp32 copy of them, FP32_GRAD_COPY more bytes per parameter (Megatron-LM
+# docs/source/distrib_optimizer.md: 20 B/parameter for fp16 parameters and gradients, 18 for bf16 parameters
+# with fp32 gradients, without the distributed optimizer; 16-bit copy made in MixedPrecisionOptimizer).
+GRAD_BYTES: dict[bool, int] = {True: 4, False: 2}
+FP32_GRAD_COPY = 4
 RECOMPUTE: dict[str, str] = {"none": "keep every activation", "selective": "recompute the attention core "
                              "(Korthikanti 2022 §5)", "full": "keep only each layer's input, recompute the layer"}
 SCHEDULES: dict[str, str] = {"1f1b": "one-forward-one-backward (PipeDream-Flush)",
@@ -78,6 +86,7 @@ class TrainingConfig:
     finetune: str = "full"
     lora_rank: int = 16
     attention: str = "flash"
+    fp32_grads: bool | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -106,6 +115,17 @@ class Plan:
     finetune: str
     lora_rank: int
     attention: str
+    fp32_grads: bool = True
+
+    @property
+    def grad_bytes(self) -> int:
+        """Bytes per gradient element in the accumulation buffer and the data-parallel reduction."""
+        return GRAD_BYTES[self.fp32_grads]
+
+    @property
+    def optimizer_bytes(self) -> int:
+        """Optimizer-held bytes per trained parameter: states, plus the fp32 copy of 16-bit gradients."""
+        return OPTIMIZERS[self.optimizer] + (0 if self.fp32_grads else FP32_GRAD_COPY)
 
     @property
     def schedule(self) -> str:
@@ -122,7 +142,8 @@ class Plan:
         par += f", EP {self.ep}" if self.ep > 1 else ""
         return (f"{par}; batch {self.global_batch} × {self.seq_len} tokens, micro-batch {self.micro_batch} "
                 f"({self.micro_batches} per replica); {self.precision}, {self.optimizer}, ZeRO-{self.zero}, "
-                f"recompute {self.recompute}, {self.attention} attention"
+                f"recompute {self.recompute}, {self.attention} attention, {'fp32' if self.fp32_grads else '16-bit'} "
+                "gradients"
                 + (f", {self.finetune} r={self.lora_rank}" if self.finetune != "full" else ""))
 
 
@@ -146,9 +167,9 @@ def _candidates(model: ModelSpec, spec: ChipSpec, chips: int, cfg: TrainingConfi
 
 
 def static_fit(model: ModelSpec, spec: ChipSpec, plan: Plan) -> float:
-    """Model states (16-bit weights and gradients, ZeRO-sharded optimizer states) over half of HBM: a quick
+    """Model states (16-bit weights, gradients, ZeRO-sharded optimizer states) over half of HBM: a quick
     fit test for callers without the memory model (``estimate`` passes the full one)."""
-    per_param = 4.0 + OPTIMIZERS[plan.optimizer] / (plan.dp * plan.cp if plan.zero >= 1 else 1)
+    per_param = 2.0 + plan.grad_bytes + plan.optimizer_bytes / (plan.dp * plan.cp if plan.zero >= 1 else 1)
     return model.params().total / (plan.tp * plan.pp) * per_param / (0.5 * spec.hbm_bytes)
 
 
@@ -264,4 +285,5 @@ def _build(model: ModelSpec, spec: ChipSpec, chips: int, cfg: TrainingConfig, tp
                 grad_accumulation_fusion=cfg.grad_accumulation_fusion, global_batch=gb, micro_batch=micro,
                 micro_batches=m, seq_len=seq, precision=cfg.precision, dtype=PRECISIONS.get(cfg.precision, "bf16"),
                 optimizer=cfg.optimizer, finetune=cfg.finetune, lora_rank=cfg.lora_rank,
-                attention=cfg.attention), []
+                attention=cfg.attention,
+                fp32_grads=cfg.fp32_grads if cfg.fp32_grads is not None else cfg.precision != "fp16"), []

@@ -15,8 +15,9 @@ Recompute: selective re-runs the attention core's forward, full the whole layer'
 tensor-parallel collectives. Flash attention's backward recomputes the scores (ops.py).
 
 Data-parallel gradient reduction (ZeRO-0 all-reduce; ZeRO-1/2 reduce-scatter, then an all-gather of the
-updated 16-bit weights) runs once per step. Overlap rule, when ``overlap_grad_reduce`` is on: a layer's
-gradients are reduced as soon as its backward on the last micro-batch ends, behind the backward of the
+updated 16-bit weights) runs once per step over the first stage's parameters (the embedding's among them),
+``Plan.grad_bytes`` per gradient (fp32 main gradients: 4). Overlap rule, when ``overlap_grad_reduce`` is on: a
+layer's gradients are reduced as soon as its backward on the last micro-batch ends, behind the backward of the
 layers still to go, so exposed = max(comm / (L/PP), comm − backward of one micro-batch on the stage) — the
 last bucket never hides; the weight all-gather likewise hides behind the next step's first forward. Off:
 all of it is exposed. ZeRO-3 gathers each layer's weights before its forward and again before its backward
@@ -26,11 +27,15 @@ ahead: exposed per layer = max(0, comm − that layer's compute) with overlap on
 Without gradient-accumulation fusion (weight-gradient GEMMs accumulating straight into the gradient buffer,
 Megatron-LM's ``--gradient-accumulation-fusion``), every micro-batch's weight gradients are added to the
 buffer by a separate pass, ``main_grad += grad`` (Megatron-LM's local DDP hook; PyTorch's AccumulateGrad):
-6 B per local trained parameter per micro-batch.
+it reads the 16-bit gradient and reads and writes the buffer, 2 + 2·grad_bytes per local trained parameter
+per micro-batch.
 
-The optimizer update streams its states through HBM: Adam reads 16-bit gradients and fp32 master weights
-and two moments and writes them back with the 16-bit weights, 28 B per local parameter (SGD with momentum
-20 B); ZeRO-1+ divides the local parameters by DP·CP.
+The optimizer step is a few passes over HBM (``OPT_PASSES``, Megatron-LM's MixedPrecisionOptimizer.step):
+copy 16-bit gradients to fp32 (if they are 16-bit), unscale them and check for inf/NaN (fp16 loss scaling),
+the global gradient norm for clipping, the update itself (Adam reads fp32 gradients, master weights and two
+moments and writes three back, 28 B; SGD with momentum 20 B), and the copy of the master weights into the
+16-bit ones; ZeRO-1+ divides these parameters by DP·CP. Zeroing the gradient buffer for the next step is one
+more write of it (sharded from ZeRO-2).
 
 MFU = model FLOPs / (step time × chips × dense peak of the matmul dtype), model FLOPs per token = 6·N +
 12·L·a·d·s (ops.six_nt_flops_per_token; LoRA trains no base weight, so 4·N + 12·L·a·d·s). HFU counts every
@@ -40,6 +45,7 @@ FLOP executed: recomputation, flash attention's backward recompute, replicated k
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from trnsim.cluster.comm import Communicators, communicators
@@ -57,10 +63,20 @@ from trnsim.cluster.models import ModelSpec
 from trnsim.cluster.ops import Shard, head_ops, layer_ops, six_nt_flops_per_token, six_nt_params
 from trnsim.hw.spec import ChipSpec
 
+# The optimizer update, bytes per parameter: fp32 gradient in; fp32 master weight and moments read and written.
 OPT_STEP_BYTES: dict[str, float] = {"adam": 28.0, "adamw": 28.0, "sgd": 20.0}
+# The other passes of a mixed-precision step, bytes per parameter of the optimizer's shard, and when they run
+# (Megatron-LM megatron/optimizer/optimizer.py MixedPrecisionOptimizer.step: _copy_model_grads_to_main_grads,
+# _unscale_main_grads_and_check_for_nan (torch._amp_foreach_non_finite_check_and_unscale_); clip_grads.py:
+# multi_tensor_l2norm; _copy_main_params_to_model_params):
+OPT_PASSES: dict[str, tuple[float, Callable[[Plan], bool]]] = {
+    "16-bit gradients to fp32": (6.0, lambda p: not p.fp32_grads),  # reads 2, writes 4
+    "unscale, inf/NaN check": (8.0, lambda p: p.precision == "fp16"),  # fp16 loss scaling: reads 4, writes 4
+    "gradient norm": (4.0, lambda p: True),  # clipping (Megatron's default clip_grad = 1.0): reads 4
+    "fp32 weights to 16-bit": (6.0, lambda p: True),  # reads 4, writes 2
+}
 BREAKDOWN: tuple[str, ...] = ("compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "bubble",
                               "grad_accum", "dp_comm", "optimizer")
-GRAD_ACCUM_BYTES = 6.0  # main_grad += grad in 16-bit: read both, write one
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,14 +224,16 @@ def estimate_plan(model: ModelSpec, spec: ChipSpec, plan: Plan) -> Estimate:
     bd["bubble"] = (plan.pp - 1) / v * stage
     bd["dp_comm"] = _dp_exposed(model, plan, g, lc, layers)
     if plan.pp > 1 and model.tied_embeddings:  # first and last stage sum the shared embedding's gradients
-        bd["pp_comm"] += g.time("all-reduce", 2.0 * model.vocab * model.hidden / plan.tp, "pp")
-    dense, expert = stage_weights(model, plan, "first" if plan.pp > 1 else "last")
+        bd["pp_comm"] += g.time("all-reduce", plan.grad_bytes * model.vocab * model.hidden / plan.tp, "pp")
+    dense, expert = stage_weights(model, plan, "first")
     trained = dense + expert if plan.finetune == "full" else lora_params_per_layer(model, plan.lora_rank,
                                                                                    plan.tp) * layers
     local = trained / (plan.dp * plan.cp) if plan.zero >= 1 else trained
-    bd["optimizer"] = stream_time(r, local * OPT_STEP_BYTES[plan.optimizer])
+    passes = OPT_STEP_BYTES[plan.optimizer] + sum(b for b, when in OPT_PASSES.values() if when(plan))
+    zero_grads = (trained / (plan.dp * plan.cp) if plan.zero >= 2 else trained) * plan.grad_bytes
+    bd["optimizer"] = stream_time(r, local * passes + zero_grads)
     if not plan.grad_accumulation_fusion:
-        bd["grad_accum"] = m * stream_time(r, trained * GRAD_ACCUM_BYTES)
+        bd["grad_accum"] = m * stream_time(r, trained * (2.0 + 2.0 * plan.grad_bytes))
     step = sum(bd.values())
 
     tokens_step = plan.tokens_per_step
@@ -237,16 +255,15 @@ def estimate_plan(model: ModelSpec, spec: ChipSpec, plan: Plan) -> Estimate:
 
 def _dp_exposed(model: ModelSpec, plan: Plan, g: Communicators, lc: LayerCost, layers: int) -> float:
     """Exposed data-parallel communication per step (module docstring)."""
-    dense, expert = stage_weights(model, plan, "first" if plan.pp > 1 else "last")
+    dense, expert = stage_weights(model, plan, "first")
     if plan.finetune != "full":
         dense, expert = lora_params_per_layer(model, plan.lora_rank, plan.tp) * layers, 0.0
     parts = ((dense, "dp"), (expert, "edp"))
     if plan.zero >= 3:
         per_layer = 0.0
         for params, grp in parts:
-            nbytes = 2.0 * params / layers
-            gather = g.time("all-gather", nbytes, grp)
-            scatter = g.time("reduce-scatter", nbytes, grp)
+            gather = g.time("all-gather", 2.0 * params / layers, grp)
+            scatter = g.time("reduce-scatter", plan.grad_bytes * params / layers, grp)
             # one gather before the forward, one before the backward (it also serves the recompute)
             if plan.overlap_grad_reduce:
                 per_layer += max(0.0, gather - lc.fwd) + max(0.0, gather + scatter - lc.bwd - lc.recompute)
@@ -255,12 +272,12 @@ def _dp_exposed(model: ModelSpec, plan: Plan, g: Communicators, lc: LayerCost, l
         return per_layer * layers * plan.micro_batches
     exposed = 0.0
     for params, grp in parts:
-        nbytes = 2.0 * params
+        nbytes = plan.grad_bytes * params
         if plan.zero == 0:
             reduce, gather = g.time("all-reduce", nbytes, grp), 0.0
         else:
             reduce = g.time("reduce-scatter", nbytes, grp)
-            gather = g.time("all-gather", nbytes, grp)
+            gather = g.time("all-gather", 2.0 * params, grp)  # the updated 16-bit weights
         if plan.overlap_grad_reduce:
             behind_bwd = layers * (lc.bwd + lc.recompute + lc.tp / 2)
             exposed += max(reduce / layers, reduce - behind_bwd) + (max(gather / layers, gather - layers * lc.fwd)

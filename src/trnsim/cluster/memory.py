@@ -1,7 +1,9 @@
 """Device memory per chip: model states, activations, buffers, and whether they fit in HBM.
 
-Model states (ZeRO, Rajbhandari et al. 2020 §3.1): 16-bit weights (2 B/param) and gradients (2 B) plus
-``OPTIMIZERS[opt]`` bytes of fp32 master weights and moments (Adam: 12). ZeRO-1 shards the optimizer states
+Model states (ZeRO, Rajbhandari et al. 2020 §3.1): 16-bit weights (2 B/param), gradients (``Plan.grad_bytes``:
+4 B as fp32 main gradients, else 2 B) plus ``OPTIMIZERS[opt]`` bytes of fp32 master weights and moments (Adam:
+12), and with 16-bit gradients the fp32 copy the update reads (4 B; Megatron-LM's table of 20 B/param for fp16
+parameters and gradients, 18 B for bf16 parameters with fp32 gradients). ZeRO-1 shards the optimizer states
 over the DP·CP ranks, ZeRO-2 also the gradients, ZeRO-3 (FSDP) also the weights; expert weights shard over
 DP·CP/EP (their data-parallel group). LoRA/QLoRA freeze the base (2 B, or 4-bit NF4 with double-quantised
 scales ≈ 0.516 B, Dettmers 2023) and train rank-r adapters on every attention and MLP matrix.
@@ -30,7 +32,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from trnsim.cluster.config import OPTIMIZERS, Plan
+from trnsim.cluster.config import Plan
 from trnsim.cluster.models import ModelSpec
 from trnsim.cluster.ops import Shard, kv_local
 from trnsim.hw.spec import ChipSpec
@@ -146,7 +148,7 @@ def _stage_memory(model: ModelSpec, spec: ChipSpec, plan: Plan, stage: str) -> M
     dense, expert = stage_weights(model, plan, stage)
     shard = plan.dp * plan.cp
     eshard = max(1, shard // plan.ep)
-    opt_bytes = OPTIMIZERS[plan.optimizer]
+    opt_bytes = plan.optimizer_bytes
     layers = model.layers // plan.pp
     if plan.finetune == "full":
         base, trained_d, trained_e = 0.0, dense, expert
@@ -162,7 +164,7 @@ def _stage_memory(model: ModelSpec, spec: ChipSpec, plan: Plan, stage: str) -> M
         return bytes_per * (trained_d + trained_e)
 
     weights = base + sharded(2.0, 3)
-    gradients, optimizer = sharded(2.0, 2), sharded(float(opt_bytes), 1)
+    gradients, optimizer = sharded(float(plan.grad_bytes), 2), sharded(float(opt_bytes), 1)
 
     per_layer = layer_activation_bytes(model, sh, plan.recompute)
     tokens = plan.micro_batch * plan.seq_len // plan.cp
@@ -172,8 +174,8 @@ def _stage_memory(model: ModelSpec, spec: ChipSpec, plan: Plan, stage: str) -> M
     rebuilt = layer_activation_bytes(model, sh, "none")
     flight = in_flight(plan) if stage == "first" else 1.0
     acts = per_layer * (layers * flight - 1) + rebuilt
-    if stage == "first":
-        acts += (2.0 + (1 if model.dropout else 0)) * rows * model.hidden * flight
+    if stage == "first":  # the embedding's dropout mask (Korthikanti 2022 §4.3); its output is layer 0's input
+        acts += (1.0 if model.dropout else 0.0) * rows * model.hidden * flight
         logits = 0.0 if plan.pp > 1 else 6.0 * tokens * model.vocab / plan.tp
     else:
         logits = 6.0 * tokens * model.vocab / plan.tp + 2.0 * rows * model.hidden

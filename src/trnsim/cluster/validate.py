@@ -94,7 +94,8 @@ def validate(spec: ChipSpec | None = None) -> Validation:
     base = TrainingConfig(precision=setup["precision"], recompute=setup["recompute"], attention=setup["attention"],
                           sp=bool(setup["sp"]), zero=int(setup["zero"]),
                           overlap_grad_reduce=bool(setup["overlap_grad_reduce"]),
-                          grad_accumulation_fusion=bool(setup["grad_accumulation_fusion"]))
+                          grad_accumulation_fusion=bool(setup["grad_accumulation_fusion"]),
+                          fp32_grads=bool(setup["fp32_grads"]))
     rows: list[Row] = []
     for raw in cast("list[dict[str, Any]]", data["rows"]):
         model = models.get(str(raw["model"]))
