@@ -52,7 +52,10 @@ RESIDUAL_DROPOUT = (7, 13)  # y = x + dropout(branch + b): reads 2, writes 1, 1-
 #                             (grad, mask → grad) 5 + bias-gradient read 2 + fan-out sum 6
 GELU = (4, 8)  # fused bias-GeLU; backward reads grad and input, writes grad, + bias-gradient read
 SWIGLU = (6, 10)  # silu(gate)·up; backward reads grad, gate, up, writes both gradients
-SOFTMAX = (4, 6)  # fused scale-mask-softmax: reads S, writes P; backward reads P and dP, writes dS
+# Megatron's causal fused scale-mask-softmax (megatron/fused_kernels/scaled_upper_triang_masked_softmax.h): row i
+# loads only its i+1 unmasked scores (``local_seq = blockIdx.x + 1``), about half of S, and writes the whole row
+# of P (zeros above the diagonal): 1 + 2; backward loads dP and P on the same half, writes all of dS: 2 + 2.
+SOFTMAX = (3, 4)
 DROPOUT = (5, 5)  # reads x, writes y and a 1-byte mask; backward reads grad and mask, writes grad
 # The QKV projection's bias (Megatron's ColumnParallelLinear passes it to F.linear): PyTorch of 2021 ran
 # F.linear on a 3-D input as a matmul, then ``output += bias`` (torch/nn/functional.py ≤ 1.7; at::linear in
