@@ -129,6 +129,15 @@ def layer_cost(model: ModelSpec, r: Roofline, sh: Shard, recompute: str, finetun
     return LayerCost(fwd, bwd, rec, comm_t["tp"], comm_t["ep"], cp_t, flops)
 
 
+@functools.lru_cache(maxsize=4096)
+def _end_costs(model: ModelSpec, r: Roofline, sh: Shard, train_head: bool) -> tuple[float, float]:
+    """Seconds per micro-batch of the LM head with its loss and final norm, and of the embedding."""
+    head_g, (ce, emb, norm) = head_ops(model, sh)
+    head = sum(forward_time(r, x) + backward_time(r, x, train_head) for x in head_g) \
+        + sum(pointwise_time(r, p) + pointwise_time(r, p, True) for p in (ce, norm))
+    return head, pointwise_time(r, emb) + pointwise_time(r, emb, True)
+
+
 @dataclass(frozen=True)
 class Estimate:
     """One training setup on one target. Times in seconds, memory in bytes per chip."""
@@ -193,11 +202,8 @@ def estimate_plan(model: ModelSpec, spec: ChipSpec, plan: Plan) -> Estimate:
     layers, m, v = model.layers // plan.pp, plan.micro_batches, plan.interleave
     layer_t = lc.fwd + lc.bwd + lc.recompute + lc.tp + lc.ep + lc.cp
 
-    head_g, head_p = head_ops(model, sh)
-    ce, emb, norm = head_p
-    head_c = sum(forward_time(r, x) + backward_time(r, x, plan.finetune == "full") for x in head_g) \
-        + sum(pointwise_time(r, p) + pointwise_time(r, p, True) for p in (ce, norm))
-    emb_c = pointwise_time(r, emb) + pointwise_time(r, emb, True)
+    head_g = head_ops(model, sh)[0]
+    head_c, emb_c = _end_costs(model, r, sh, plan.finetune == "full")
     tokens = plan.micro_batch * plan.seq_len // plan.cp
     act_bytes = tokens * model.hidden * 2
     tp_op = "reduce-scatter" if plan.sp else "all-reduce"
