@@ -92,6 +92,8 @@ def test_tensor_views_shapes_and_aps() -> None:
         assert t[5].shape == (1, 4, 8) and t[5].ap().partition_start == 5
         assert t[:, :, 0:1].ap().free == ((8, 4),)
         assert x.T.shape == (8, 16) and x.T.ap().partition_stride == 1
+        assert x[2:4, None].shape == (2, 1, 8) and x[..., None].shape == (16, 8, 1) and x[1, ..., None].shape == (8, 1)
+        assert t[:, None].shape == (128, 1, 4, 8)
         out = dsl.hbm_tensor((1, 1), "fp32")
         dsl.store(out, dsl.zeros((1, 1)))
         return out

@@ -25,8 +25,9 @@ its Python runs once, loops unroll, and every DSL call appends ISA instructions 
 
 Tensors (``Tensor``): HBM tensors (kernel inputs, ``hbm_tensor`` outputs) and tiles
 (``sbuf(shape, dtype)``, ``psum(shape)``, ``ndarray(shape, dtype, buffer=...)``, ``zeros``, ``full``,
-``iota``). Dimension 0 of a tile is its partition dimension (≤ 128). Slicing, integer indexing, ``.T``
-(HBM), ``broadcast_to`` and ``bitcast`` give views; ops take views anywhere a tensor goes.
+``iota``). Dimension 0 of a tile is its partition dimension (≤ 128; ``tile_size()`` gives the target's
+limits by NKI's names). Slicing, integer indexing, ``None`` (new axis), ``.T`` (HBM), ``broadcast_to``
+and ``bitcast`` give views; ops take views anywhere a tensor goes.
 
 Operations (names follow NKI where it has them):
 
@@ -133,3 +134,5 @@ from trnsim.dsl.reductions import reduce_sum as reduce_sum
 from trnsim.dsl.tensor import Tensor as Tensor
 from trnsim.dsl.tensor_engine import matmul as matmul
 from trnsim.dsl.tensor_engine import transpose as transpose
+from trnsim.dsl.trace import TileSize as TileSize
+from trnsim.dsl.trace import tile_size as tile_size

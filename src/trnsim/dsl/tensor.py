@@ -28,7 +28,7 @@ from trnsim.isa.ap import MAX_FREE_DIMS, AccessPattern
 from trnsim.isa.dtypes import get_dtype
 
 Memory = Literal["hbm", "sbuf", "psum"]
-Index = SupportsIndex | slice | EllipsisType
+Index = SupportsIndex | slice | EllipsisType | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,16 +124,26 @@ class Tensor:
         keys = list(key) if isinstance(key, tuple) else [key]
         if sum(k is Ellipsis for k in keys) > 1:
             fail("more than one ... in an index", "use at most one Ellipsis")
+        real = len(keys) - sum(k is None or k is Ellipsis for k in keys)
+        if real > len(self.dims):
+            fail(f"{len(keys)} indices for a tensor of shape {self.shape}", "index at most one entry per dimension")
+        rest: list[Index] = [slice(None)] * (len(self.dims) - real)
         if Ellipsis in keys:
             at = keys.index(Ellipsis)
-            keys[at : at + 1] = [slice(None)] * (len(self.dims) - len(keys) + 1)
-        if len(keys) > len(self.dims):
-            fail(f"{len(keys)} indices for a tensor of shape {self.shape}", "index at most one entry per dimension")
-        keys += [slice(None)] * (len(self.dims) - len(keys))
+            keys[at : at + 1] = rest
+        else:
+            keys += rest
         dims: list[Dim] = []
         fixed = list(self.fixed)
-        for pos, (d, k) in enumerate(zip(self.dims, keys, strict=True)):
-            partition = self.on_chip and pos == 0
+        source = iter(self.dims)
+        for pos, k in enumerate(keys):
+            if k is None:  # numpy's newaxis: a new dimension of size 1
+                if self.on_chip and pos == 0:
+                    fail("a new axis cannot come before a tile's partition dimension", "add axes after it")
+                dims.append(Dim(-1, 0, 0, 1))
+                continue
+            d = next(source)
+            partition = self.on_chip and d is self.dims[0]
             if isinstance(k, slice):
                 start, stop, step = k.indices(d.count)
                 count = len(range(start, stop, step))

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from types import TracebackType
 from typing import NoReturn
 
@@ -46,6 +46,26 @@ def current() -> Trace:
         fail("kernel-language call outside a kernel", "decorate the function with @trnsim.kernel and run it "
              "with trnsim.run_kernel(kernel, *arrays)")
     return _ACTIVE[-1]
+
+
+@dataclass(frozen=True)
+class TileSize:
+    """The target's tile limits, by NKI's ``nl.tile_size`` names (``dsl.tile_size()`` inside a kernel)."""
+
+    pmax: int  # partitions of SBUF/PSUM (and TensorE contraction rows)
+    psum_fmax: int  # fp32 elements per partition of one PSUM bank
+    gemm_stationary_fmax: int  # TensorE columns: the stationary free size
+    gemm_moving_fmax: int  # moving free size: one PSUM bank of fp32
+    psum_num_banks: int
+    sbuf_bytes_per_partition: int
+
+
+def tile_size() -> TileSize:
+    """The tile limits of the target being traced."""
+    core = current().core
+    bank = core.psum.fp32_per_bank
+    return TileSize(core.sbuf.partitions, bank, core.tensor.cols, bank, core.psum.banks,
+                    core.sbuf.bytes_per_partition)
 
 
 def check_dtype(dtype: str) -> str:

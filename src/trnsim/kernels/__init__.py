@@ -1,0 +1,13 @@
+"""The kernel library, written in ``trnsim.dsl``: each kernel is a ``@trnsim.kernel`` function plus a host
+function that prepares numpy inputs, runs it on a simulated NeuronCore and returns numpy outputs.
+
+    >>> import numpy as np
+    >>> from trnsim import kernels
+    >>> kernels.matmul(np.eye(4), np.arange(16.0).reshape(4, 4), "bf16")[1].tolist()
+    [4.0, 5.0, 6.0, 7.0]
+"""
+
+from trnsim.kernels.gemm import matmul as matmul
+from trnsim.kernels.gemm import matmul_kernel as matmul_kernel
+from trnsim.kernels.operands import MatmulOperands as MatmulOperands
+from trnsim.kernels.operands import prepare_matmul as prepare_matmul
