@@ -201,20 +201,24 @@ def simulate(program: Program, spec: ChipSpec) -> Timeline:
         while i < n_es:
             ins = stream[i]
             gid = base + i
-            ready, wpred = NEVER, -1
-            for s, cnt in ins.wait:
-                times = sig_times.get(s)
-                if times is None or len(times) < cnt:
-                    pc[es] = i
-                    waiting.setdefault(s, []).append((cnt, es))
-                    return
-                if times[cnt - 1] > ready:
-                    ready, wpred = times[cnt - 1], sig_who[s][cnt - 1]
-            issue[gid] = now
-            if wpred >= 0 and (ready > reach[es] or last_pred[es] < 0):
-                pred[gid], via[gid] = wpred, VIA_WAIT
+            ready = NEVER
+            if ins.wait:
+                wpred = -1
+                for s, cnt in ins.wait:
+                    times = sig_times.get(s)
+                    if times is None or len(times) < cnt:
+                        pc[es] = i
+                        waiting.setdefault(s, []).append((cnt, es))
+                        return
+                    if times[cnt - 1] > ready:
+                        ready, wpred = times[cnt - 1], sig_who[s][cnt - 1]
+                if wpred >= 0 and (ready > reach[es] or last_pred[es] < 0):
+                    pred[gid], via[gid] = wpred, VIA_WAIT
+                else:
+                    pred[gid], via[gid] = last_pred[es], last_via[es]
             else:
                 pred[gid], via[gid] = last_pred[es], last_via[es]
+            issue[gid] = now
             seqs[gid] = next(counter)
             kind = kinds[gid]
             i += 1
