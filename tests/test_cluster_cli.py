@@ -89,12 +89,16 @@ def test_validate(capsys: pytest.CaptureFixture[str]) -> None:
         assert row.estimate.plan.micro_batch * row.estimate.plan.dp * row.estimate.plan.micro_batches == row.batch
         # NOTE: a regression guard, not the goal: see the report of `trnsim validate`.
         assert abs(row.error) < 0.25, (row.model, row.error)
+    assert [r.gpus for r in result.secondary] == [r["gpus"] for r in table()["ptdp"]]
+    for row in result.secondary:  # Table 2 PTD-P: micro-batch 1 as published
+        assert row.estimate.fits and row.micro_batch == 1 and abs(row.error) < 0.25, (row.model, row.error)
     code, out, _ = run(capsys, "validate")
-    assert code == 0 and "mean absolute error" in out and "megatron-1t" in out
+    assert code == 0 and "mean absolute error" in out and "megatron-1t" in out and "Table 2, PTD-P" in out
     code, out, _ = run(capsys, "validate", "--json")
     data = json.loads(out)
     assert data["mean_abs_error"] == pytest.approx(result.mean_abs_error)
     assert len(data["rows"]) == 10 and {"published_tflops", "predicted_tflops", "micro_batch"} <= set(data["rows"][0])
+    assert len(data["table2_ptdp"]["rows"]) == 6
 
 
 def test_help_examples_run(capsys: pytest.CaptureFixture[str]) -> None:

@@ -14,7 +14,7 @@ from trnsim.cluster.ops import forward_flops_per_token, six_nt_flops_per_token
 # Narayanan et al. 2021 Table 1 (reference/calibration_megatron.md): zoo name → published "Params (B)".
 TABLE1 = {"megatron-1.7b": 1.7, "megatron-3.6b": 3.6, "megatron-7.5b": 7.5, "megatron-18.4b": 18.4,
           "megatron-39.1b": 39.1, "megatron-76.1b": 76.1, "megatron-145.6b": 145.6, "megatron-310.1b": 310.1,
-          "megatron-529.6b": 529.6, "megatron-1t": 1008.0}
+          "megatron-529.6b": 529.6, "megatron-1t": 1008.0, "megatron-174.6b": 174.6}  # the last: Table 2
 
 
 @pytest.mark.parametrize("name", list(TABLE1))

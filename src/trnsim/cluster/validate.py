@@ -9,6 +9,9 @@ fits in memory is kept (and reported).
 
 The predicted TFLOP/s per GPU is computed the paper's way: F / (predicted step time × GPUs) with eq. 3,
 F = 96·B·s·l·h²·(1 + s/(6h) + V/(16·l·h)).
+
+A secondary check (``Validation.secondary``) predicts the PTD-P rows of the paper's Table 2 the same way (the
+file's ``[[ptdp]]`` rows: one model at a fixed batch on 1×, 2× and 4× the GPUs, micro-batch 1 as published).
 """
 
 from __future__ import annotations
@@ -51,14 +54,29 @@ class Row:
         return self.predicted / self.published - 1.0
 
 
+def _row_dict(r: Row) -> dict[str, object]:
+    return {"model": r.model, "params_b": r.params_b, "tp": r.tp, "pp": r.pp, "gpus": r.gpus,
+            "global_batch": r.batch, "micro_batch": r.micro_batch, "interleave": r.interleave,
+            "published_tflops": r.published, "predicted_tflops": r.predicted, "error": r.error,
+            "step_time_s": r.estimate.step_time_s, "breakdown": dict(r.estimate.breakdown),
+            "memory_per_chip_bytes": r.estimate.memory_per_chip_bytes}
+
+
+def mean_abs_error(rows: tuple[Row, ...]) -> float:
+    return sum(abs(r.error) for r in rows) / len(rows) if rows else 0.0
+
+
 @dataclass(frozen=True, slots=True)
 class Validation:
+    """Table 1 (``rows``) and the secondary Table 2 PTD-P check (``secondary``)."""
+
     target: str
     rows: tuple[Row, ...]
+    secondary: tuple[Row, ...] = ()
 
     @property
     def mean_abs_error(self) -> float:
-        return sum(abs(r.error) for r in self.rows) / len(self.rows)
+        return mean_abs_error(self.rows)
 
     @property
     def worst(self) -> Row:
@@ -67,11 +85,9 @@ class Validation:
     def to_dict(self) -> dict[str, object]:
         return {"source": SOURCE, "target": self.target, "mean_abs_error": self.mean_abs_error,
                 "worst": {"model": self.worst.model, "error": self.worst.error},
-                "rows": [{"model": r.model, "params_b": r.params_b, "tp": r.tp, "pp": r.pp, "gpus": r.gpus,
-                          "global_batch": r.batch, "micro_batch": r.micro_batch, "interleave": r.interleave,
-                          "published_tflops": r.published, "predicted_tflops": r.predicted, "error": r.error,
-                          "step_time_s": r.estimate.step_time_s, "breakdown": dict(r.estimate.breakdown),
-                          "memory_per_chip_bytes": r.estimate.memory_per_chip_bytes} for r in self.rows]}
+                "rows": [_row_dict(r) for r in self.rows],
+                "table2_ptdp": {"mean_abs_error": mean_abs_error(self.secondary),
+                                "rows": [_row_dict(r) for r in self.secondary]}}
 
 
 @functools.cache
@@ -96,25 +112,33 @@ def validate(spec: ChipSpec | None = None) -> Validation:
                           overlap_grad_reduce=bool(setup["overlap_grad_reduce"]),
                           grad_accumulation_fusion=bool(setup["grad_accumulation_fusion"]),
                           fp32_grads=bool(setup["fp32_grads"]))
-    rows: list[Row] = []
-    for raw in cast("list[dict[str, Any]]", data["rows"]):
-        model = models.get(str(raw["model"]))
-        best: tuple[float, int, int, Estimate] | None = None
-        for micro in cast("list[int]", setup["micro_batch"]):
-            for v in cast("list[int]", setup["interleave"]):
-                cfg = replace(base, tp=int(raw["tp"]), pp=int(raw["pp"]), micro_batch=micro, interleave=v,
-                              global_batch=int(raw["batch"]))
-                try:
-                    est = estimate(model, spec, int(raw["gpus"]), cfg)
-                except ClusterConfigError:
-                    continue  # e.g. interleave not dividing the stage's layers: not a setup the authors could run
-                tflops = paper_flops(model, int(raw["batch"])) / (est.step_time_s * int(raw["gpus"])) / 1e12
-                if est.fits and (best is None or tflops > best[0]):
-                    best = (tflops, micro, v, est)
-        if best is None:
-            raise ClusterConfigError([f"no micro-batch/interleave in the search lists fits {raw['model']} in "
-                                      f"{spec.name} memory"], where=str(TABLE_FILE))
-        tflops, micro, v, est = best
-        rows.append(Row(model.name, float(raw["params_b"]), int(raw["tp"]), int(raw["pp"]), int(raw["gpus"]),
-                        int(raw["batch"]), float(raw["tflops"]), tflops, micro, v, est))
-    return Validation(spec.name, tuple(rows))
+    interleaves = cast("list[int]", setup["interleave"])
+    rows = tuple(_predict(raw, spec, base, cast("list[int]", setup["micro_batch"]), interleaves)
+                 for raw in cast("list[dict[str, Any]]", data["rows"]))
+    secondary = tuple(_predict(raw, spec, base, [int(raw["micro_batch"])], interleaves)
+                      for raw in cast("list[dict[str, Any]]", data.get("ptdp", [])))
+    return Validation(spec.name, rows, secondary)
+
+
+def _predict(raw: dict[str, Any], spec: ChipSpec, base: TrainingConfig, micro_batches: list[int],
+             interleaves: list[int]) -> Row:
+    """One published row: the fastest (micro-batch, interleave) of the search lists that fits in memory."""
+    model = models.get(str(raw["model"]))
+    best: tuple[float, int, int, Estimate] | None = None
+    for micro in micro_batches:
+        for v in interleaves:
+            cfg = replace(base, tp=int(raw["tp"]), pp=int(raw["pp"]), micro_batch=micro, interleave=v,
+                          global_batch=int(raw["batch"]))
+            try:
+                est = estimate(model, spec, int(raw["gpus"]), cfg)
+            except ClusterConfigError:
+                continue  # e.g. interleave not dividing the stage's layers: not a setup the authors could run
+            tflops = paper_flops(model, int(raw["batch"])) / (est.step_time_s * int(raw["gpus"])) / 1e12
+            if est.fits and (best is None or tflops > best[0]):
+                best = (tflops, micro, v, est)
+    if best is None:
+        raise ClusterConfigError([f"no micro-batch/interleave in the search lists fits {raw['model']} in "
+                                  f"{spec.name} memory"], where=str(TABLE_FILE))
+    tflops, micro, v, est = best
+    return Row(model.name, float(raw["params_b"]), int(raw["tp"]), int(raw["pp"]), int(raw["gpus"]),
+               int(raw["batch"]), float(raw["tflops"]), tflops, micro, v, est)
