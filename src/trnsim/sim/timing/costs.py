@@ -30,8 +30,9 @@ partitions than lanes cost the same. An instruction without tensor inputs (memse
 
     queue time = latency + (bytes + descriptors · DMA_DESCRIPTOR_OVERHEAD_BYTES) / queue_bandwidth
 
-``descriptors`` = elements / the longest contiguous run both sides share (a run never crosses an on-chip
-partition). A 2- or 4-byte transposing copy uses the DMA-transpose path instead, at
+``bytes`` = elements moved × the wider element size; ``descriptors`` = elements / the longest contiguous run
+both sides share (a run never crosses an on-chip partition, nor a gathered row). A 2- or 4-byte copy
+through a transposed HBM pattern (``isa.transposed``) uses the DMA-transpose path instead, at
 ``DMA_TRANSPOSE_EFFICIENCY`` of the queue bandwidth. When transfers overlap, the scheduler shares HBM and
 chip DMA bandwidth among them (``dma.py``).
 """
@@ -249,34 +250,37 @@ def contiguous_run(ap: AccessPattern, across_rows: bool = True) -> int:
     return run
 
 
-def _transposing(src: AccessPattern, dst: AccessPattern) -> bool:
-    itemsize = DTYPES[src.dtype].itemsize
-    return (itemsize == DTYPES[dst.dtype].itemsize and itemsize in DMA_TRANSPOSE_ITEMSIZES
-            and (contiguous_run(src, False) == 1) != (contiguous_run(dst, False) == 1))
+def _transposing(ap: AccessPattern) -> bool:
+    """An HBM side read or written transposed (``isa.transposed``): adjacent partitions are adjacent
+    elements and the free dimension strides over rows."""
+    inner = next((stride for stride, count in reversed(ap.free) if count > 1), 1)
+    return not ap.on_chip and ap.partitions > 1 and ap.partition_stride == 1 and inner != 1
 
 
-# DMA kind → (source, destination, whether rows are gathered/scattered one by one, HBM traffic factor of dst).
-DMA_SIDES: dict[type[Instruction], Callable[[Any], tuple[AccessPattern, AccessPattern, bool, int]]] = {
-    DmaCopy: lambda i: (i.src, i.dst, False, 1),
-    DmaGather: lambda i: (i.src, i.dst, True, 1),
-    DmaScatterAdd: lambda i: (i.src, i.dst, True, 2),  # read-add-write of the table rows (neuron.md §1.4)
+# DMA kind → (source, destination, the side whose size is the elements moved, whether rows move one by one
+# (gather/scatter: runs never join across rows), HBM passes over the destination (2: read-add-write)).
+DMA_SIDES: dict[type[Instruction], Callable[[Any], tuple[AccessPattern, AccessPattern, AccessPattern, bool, int]]] = {
+    DmaCopy: lambda i: (i.src, i.dst, i.dst, False, 1),
+    DmaGather: lambda i: (i.src, i.dst, i.dst, True, 1),  # src is the whole table: only dst's rows move
+    DmaScatterAdd: lambda i: (i.src, i.dst, i.src, True, 2),  # read-add-write of table rows (neuron.md §1.4)
 }
 
 
 def dma_cost(ins: Instruction, core: CoreSpec) -> DmaCost:
     """Queue time of one transfer (module docstring)."""
-    src, dst, rowwise, dst_factor = DMA_SIDES[type(ins)](ins)
-    elements = _size(dst)
-    nbytes = max(_size(src) * DTYPES[src.dtype].itemsize, elements * DTYPES[dst.dtype].itemsize)
-    hbm = (0 if src.on_chip else _size(src) * DTYPES[src.dtype].itemsize) + (
-        0 if dst.on_chip else dst_factor * elements * DTYPES[dst.dtype].itemsize)
-    if _transposing(src, dst):
+    src, dst, moved, rowwise, dst_passes = DMA_SIDES[type(ins)](ins)
+    elements = _size(moved)
+    src_size, dst_size = DTYPES[src.dtype].itemsize, DTYPES[dst.dtype].itemsize
+    nbytes = elements * max(src_size, dst_size)
+    hbm = (0 if src.on_chip else elements * src_size) + (0 if dst.on_chip else dst_passes * elements * dst_size)
+    queue = getattr(ins, "queue", 0)
+    if src_size == dst_size in DMA_TRANSPOSE_ITEMSIZES and (_transposing(src) or _transposing(dst)):
         work = nbytes / DMA_TRANSPOSE_EFFICIENCY[src.memory]
-        return DmaCost(getattr(ins, "queue", 0), core.dma.latency, nbytes, work, hbm, 1, True)
+        return DmaCost(queue, core.dma.latency, nbytes, work, hbm, 1, True)
     run = min(contiguous_run(src, not rowwise), contiguous_run(dst, not rowwise))
     descriptors = -(-elements // run)
     work = nbytes + descriptors * DMA_DESCRIPTOR_OVERHEAD_BYTES
-    return DmaCost(getattr(ins, "queue", 0), core.dma.latency, nbytes, work, hbm, descriptors, False)
+    return DmaCost(queue, core.dma.latency, nbytes, work, hbm, descriptors, False)
 
 
 def core_of(spec: ChipSpec) -> CoreSpec:

@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import cast
 
 from trnsim.hw.core import CoreSpec
 from trnsim.sim.timing.costs import DmaCost
@@ -89,7 +90,8 @@ class DmaSystem:
             self.active[payload] = _Active(payload, float(cost.nbytes), peak, cost.hbm_bytes > 0, since=now)
             self._replan(now)
             return -1
-        gid, version = payload  # type: ignore[misc]
+        assert isinstance(payload, tuple)
+        gid, version = cast(tuple[int, int], payload)
         act = self.active.get(gid)
         if act is None or act.version != version:
             return -1  # superseded by a later plan

@@ -59,7 +59,7 @@ def time_program(program: Program, spec: ChipSpec, inputs: Mapping[str, object] 
                  *, labels: Labels | None = None) -> Profile:
     """Timing-only: the profile of ``program`` on one core of ``spec``; no data anywhere."""
     check_shapes(program, inputs)
-    return build_profile(simulate(program, spec), labels)
+    return build_profile(simulate(program, spec), _labels(program, labels))
 
 
 def execute_timed(program: Program, ctx: Context, spec: ChipSpec,
@@ -74,4 +74,10 @@ def execute_timed(program: Program, ctx: Context, spec: ChipSpec,
         except Fault as e:
             raise SimError(e.message, where=where(engine, i, ins), hint=e.hint) from None
         log.append(Executed(len(log), engine, i, ins))
-    return tuple(log), build_profile(tl, labels)
+    return tuple(log), build_profile(tl, _labels(program, labels))
+
+
+def _labels(program: Program, labels: Labels | None) -> Labels | None:
+    """The labels given to the run, else the program's own (``program.labels``) if it carries any."""
+    own = getattr(program, "labels", None)
+    return labels if labels is not None else own if isinstance(own, Mapping) else None

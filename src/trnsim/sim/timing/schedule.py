@@ -137,8 +137,8 @@ def _costs(program: Program, core: CoreSpec) -> _Costs:
                 latency.append(cost.latency)
             else:
                 if kind in DMA_SIDES:
-                    src, dst, *_ = DMA_SIDES[kind](ins)
-                    key = (kind, getattr(ins, "queue", 0), signature(src), signature(dst))
+                    src, dst, moved, *_ = DMA_SIDES[kind](ins)
+                    key = (kind, getattr(ins, "queue", 0), signature(src), signature(dst), signature(moved))
                     dcost = dma_costs.get(key)
                     if dcost is None:
                         dcost = dma_costs[key] = dma_cost(ins, core)
