@@ -257,3 +257,30 @@ def test_error_on_chip_transpose_view_and_use_after_release() -> None:
 def test_lazy_exports() -> None:
     assert trnsim.kernel is dsl.kernel and trnsim.run_kernel is dsl.run_kernel
     assert trnsim.KernelResult is dsl.KernelResult
+
+
+def test_ml_dtypes_inputs_reach_the_device_as_float32(monkeypatch: pytest.MonkeyPatch) -> None:
+    """bfloat16/fp8 arrays (numpy kind "V", not "f") are widened to float32 before the device encodes them:
+    its fast encoders take float32 (the general path took ~0.5 s per 8M bf16 values)."""
+    from trnsim.dsl import jit
+
+    seen: list[np.dtype] = []
+    real = jit.Device.run
+
+    def spy(self: object, program: object, inputs: dict[str, np.ndarray], **kw: object) -> object:
+        seen.extend(v.dtype for v in inputs.values())
+        return real(self, program, inputs, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(jit.Device, "run", spy)
+
+    @trnsim.kernel
+    def copy_out(x):
+        out = dsl.hbm_tensor(x.shape, "fp32")
+        dsl.store(out, dsl.load(x))
+        return out
+
+    x = np.array([[1.5, -2.0, 3.25]], ml_dtypes.bfloat16)
+    y = np.array([[0.5, 1.0]], ml_dtypes.float8_e4m3fn)
+    assert trnsim.run_kernel(copy_out, x).outputs[0].tolist() == [[1.5, -2.0, 3.25]]
+    assert trnsim.run_kernel(copy_out, y).outputs[0].tolist() == [[0.5, 1.0]]
+    assert seen == [np.float32, np.float32]

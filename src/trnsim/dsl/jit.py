@@ -225,7 +225,8 @@ def run_kernel(k: Kernel | Callable[..., Any], *arrays: Arg, target: str = "trn3
         if data is None:
             raise KernelError(f"input {name} is a shape description", hint="run_kernel needs arrays; "
                               "use Kernel.compile to trace from shapes")
-        if data.dtype.kind == "f" and data.dtype.name not in ("float32", "float64"):
+        if data.dtype.kind in "fV" and data.dtype.name not in ("float32", "float64"):
+            # NOTE: ml_dtypes' bfloat16/fp8 are kind "V", not "f"
             data = data.astype(np.float32)  # exact for bf16/fp16/fp8; the device's fast paths take fp32
         feed[name] = data
     try:
