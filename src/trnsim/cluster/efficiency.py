@@ -11,7 +11,8 @@ A matmul takes ``max(compute, memory)``::
   work. NeuronCore TensorE: the contraction runs over 128 SBUF partitions (PE rows) and the stationary
   (weight) operand fills 128 PE columns, so k and n tile to 128, while the moving operand streams column by
   column (any m; neuron.md §1.2, §2.6). GPUs: the output is computed in CTA tiles; ``GPU_TILE`` = 128×128 is
-  assumed for m and n (cuBLAS/hipBLASLt's common large-GEMM tile; not in reference/).
+  assumed for m and n (assumption: one tile for every shape; 128x128 is the middle of the cuBLAS tile sizes that
+  NVIDIA's guide below lists, 256x128 "most efficient" to 64x64 "least efficient").
 - on GPUs ``q`` also has *wave quantisation*: the ``T_m×T_n`` output tiles (× batch) run in waves of one tile
   per SM (``cores`` in the preset), and a last, partly filled wave leaves SMs idle, so the useful fraction is
   ``tiles / (⌈tiles/SMs⌉·SMs)`` (NVIDIA Deep Learning Performance documentation, "Matrix Multiplication
@@ -19,7 +20,7 @@ A matmul takes ``max(compute, memory)``::
   SMs; in the particular case of 256x128 thread block tiles, it can execute one thread block per SM, leading
   to a wave size of 108 tiles"). MAMF is the best case over a sweep of shapes, where both quantisations are
   nearly whole, so it multiplies them. Presets without ``cores`` (and NeuronCores, whose TensorE runs one
-  matmul at a time) get no wave term.
+  matmul at a time) get no wave term; a TPU's two TensorCores count as a wave of two (a negligible term).
 - the memory term moves every operand and result once, 16-bit (``Gemm.elements`` × 2 B); it makes the
   efficiency rise with the GEMM's smallest dimension (arithmetic intensity ≈ that dimension, in FLOP/B).
 
