@@ -15,7 +15,8 @@ change. Rules (Megatron-LM's, Shoeybi et al. 2019 / Narayanan et al. 2021 / Kort
 
 Defaults: micro-batch 1; CP 1; EP = the largest divisor of the experts that divides DP; SP on when TP > 1;
 fp32 gradients (accumulated across micro-batches and reduced over DP in fp32) unless the precision is fp16, as
-Megatron-LM does (megatron/arguments.py: bf16 forces ``--accumulate-allreduce-grads-in-fp32``, fp16 leaves it off);
+Megatron-LM does (arguments.py, megatron/ then megatron/training/: bf16 turns on
+``--accumulate-allreduce-grads-in-fp32``, fp16 leaves it off);
 TP and PP: the first of :func:`_candidates` (smallest PP, then the smallest TP within a node) that fits in
 memory; global batch ≈ 4 Mi tokens (Llama 2's 4M-token batches, Touvron 2023 §2.2) and at least
 4·PP micro-batches per replica.
