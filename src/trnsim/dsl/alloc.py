@@ -23,6 +23,7 @@ them, and the 9th waits only for the first bank's readers).
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
 
 
@@ -58,8 +59,13 @@ class Allocator:
     def allocate(self, nbytes: int) -> tuple[int, dict[str, int]] | None:
         """(byte offset, fence) of a new range of ``nbytes`` (rounded up to ``align``), or None if none fits."""
         size = self.rounded(nbytes)
+        for i, f in enumerate(self.free):  # never-used memory first (the common case: a fast path)
+            if f.age == 0 and f.hi - f.lo >= size:
+                return f.lo, self._take(i, f.lo + size)
         best: tuple[int, int, int] | None = None  # (age of the newest range used, offset, first index)
         for i, f in enumerate(self.free):
+            if best is not None and f.age > best[0]:
+                continue  # a window starting here is at least this new
             j, age, end = i, f.age, f.lo + size
             while self.free[j].hi < end and j + 1 < len(self.free) and self.free[j + 1].lo == self.free[j].hi:
                 j += 1
@@ -84,9 +90,7 @@ class Allocator:
     def release(self, lo: int, nbytes: int, fence: dict[str, int]) -> None:
         self.released += 1
         hi = lo + self.rounded(nbytes)
-        k = 0
-        while k < len(self.free) and self.free[k].lo < lo:
-            k += 1
+        k = bisect.bisect_left(self.free, lo, key=lambda f: f.lo)
         self.free.insert(k, Free(lo, hi, fence, self.released))
         # NOTE: neighbours merge only when their fences agree; merging others would make a later tile in one
         # part wait for accesses to the other part

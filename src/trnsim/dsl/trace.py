@@ -29,6 +29,7 @@ from trnsim.dsl.deps import DependencyTracker, ReadAccess, Wait, WriteAccess
 from trnsim.dsl.errors import Location, fail, user_location
 from trnsim.dsl.tensor import Buffer, Memory, Tensor
 from trnsim.hw import ChipSpec
+from trnsim.isa.ap import AccessPattern
 from trnsim.isa.base import ENGINES, Engine, Instruction
 from trnsim.isa.dtypes import DTYPES, get_dtype
 from trnsim.isa.program import Program, Role, TensorDecl
@@ -104,6 +105,7 @@ class Trace:
         self.pending: list[tuple[Memory, int, int, dict[str, int]]] = []
         self.queue = 0
         self._stub = Program()  # the declared tensors, for the verifier's HBM bounds checks
+        self._passed: set[tuple[AccessPattern, bool]] = set()  # patterns the verifier found legal
         self._serial = 0
 
     def __enter__(self) -> Trace:
@@ -212,7 +214,7 @@ class Trace:
         wait = self.tracker.waits(dom, rd, wr)
         ins = make(wait, (dom,))
         try:
-            check_instruction(engine, ins, self._stub, self.spec)
+            check_instruction(engine, ins, self._stub, self.spec, self._passed)
         except Issue as e:
             fail(f"{e.message} (in {engine} {ins.mnemonic})", e.hint)
         stream = self.streams[engine]

@@ -20,6 +20,7 @@ Text form (round-trips through ``parse_ap``)::
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, replace
 from typing import Literal, cast
@@ -58,7 +59,7 @@ class AccessPattern:
     @property
     def free_size(self) -> int:
         """Elements per partition."""
-        return int(np.prod([count for _, count in self.free], dtype=np.int64))
+        return math.prod(count for _, count in self.free)  # NOTE: not np.prod: this runs per operand check
 
     @property
     def size(self) -> int:

@@ -272,12 +272,18 @@ RULES: dict[type[Instruction], Rule] = {
 }
 
 
-def check_instruction(engine: str, ins: Instruction, program: Program, spec: ChipSpec) -> None:
+def check_instruction(engine: str, ins: Instruction, program: Program, spec: ChipSpec,
+                      passed: set[tuple[AccessPattern, bool]] | None = None) -> None:
+    """Check one instruction. ``passed`` remembers the (pattern, engine_op) pairs already found legal for
+    this program and spec, so a pattern used by many instructions is checked once."""
     require(engine in ins.engines, f"{ins.mnemonic} cannot run on {engine}",
             f"put it in the stream of: {', '.join(ins.engines)}")
     engine_op = not isinstance(ins, DMA_TYPES)
     for name, ap in ins.operands().items():
-        check_ap(name, ap, program, spec, engine_op)
+        if passed is None or (ap, engine_op) not in passed:
+            check_ap(name, ap, program, spec, engine_op)
+            if passed is not None:
+                passed.add((ap, engine_op))
     if isinstance(ins, DmaCopy | DmaGather | DmaScatterAdd):
         assert spec.core is not None
         require(0 <= ins.queue < spec.core.dma.queues, f"DMA queue {ins.queue}",
@@ -330,9 +336,10 @@ def verify(program: Program, spec: ChipSpec) -> None:
     for t in program.tensors:
         if t.dtype not in DTYPES:
             raise VerifyError(f"tensor {t.name}: unknown dtype {t.dtype!r}", hint=f"use one of: {', '.join(DTYPES)}")
+    passed: set[tuple[AccessPattern, bool]] = set()
     for engine, i, ins in program.instructions():
         try:
-            check_instruction(engine, ins, program, spec)
+            check_instruction(engine, ins, program, spec, passed)
         except Issue as e:
             raise VerifyError(e.message, where=where(engine, i, ins), hint=e.hint) from None
     check_semaphores(program)

@@ -7,11 +7,14 @@ function that prepares numpy inputs, runs it on a simulated NeuronCore and retur
     [4.0, 5.0, 6.0, 7.0]
 """
 
-from trnsim.kernels.attention import flash_attention as flash_attention
-from trnsim.kernels.attention import flash_attention_backward as flash_attention_backward
-from trnsim.kernels.attention import flash_attention_backward_kernel as flash_attention_backward_kernel
-from trnsim.kernels.attention import flash_attention_kernel as flash_attention_kernel
 from trnsim.kernels.gemm import matmul as matmul
 from trnsim.kernels.gemm import matmul_kernel as matmul_kernel
 from trnsim.kernels.operands import MatmulOperands as MatmulOperands
 from trnsim.kernels.operands import prepare_matmul as prepare_matmul
+from trnsim.kernels.rowwise import activation_kernel as activation_kernel
+from trnsim.kernels.rowwise import gelu as gelu
+from trnsim.kernels.rowwise import silu as silu
+from trnsim.kernels.rowwise import softmax as softmax
+from trnsim.kernels.rowwise import softmax_kernel as softmax_kernel
+from trnsim.kernels.transposes import transpose as transpose
+from trnsim.kernels.transposes import transpose_kernel as transpose_kernel
