@@ -7,6 +7,10 @@ function that prepares numpy inputs, runs it on a simulated NeuronCore and retur
     [4.0, 5.0, 6.0, 7.0]
 """
 
+from trnsim.kernels.attention import flash_attention as flash_attention
+from trnsim.kernels.attention import flash_attention_backward as flash_attention_backward
+from trnsim.kernels.attention import flash_attention_backward_kernel as flash_attention_backward_kernel
+from trnsim.kernels.attention import flash_attention_kernel as flash_attention_kernel
 from trnsim.kernels.gemm import matmul as matmul
 from trnsim.kernels.gemm import matmul_kernel as matmul_kernel
 from trnsim.kernels.operands import MatmulOperands as MatmulOperands
