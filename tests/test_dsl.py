@@ -284,3 +284,57 @@ def test_ml_dtypes_inputs_reach_the_device_as_float32(monkeypatch: pytest.Monkey
     assert trnsim.run_kernel(copy_out, x).outputs[0].tolist() == [[1.5, -2.0, 3.25]]
     assert trnsim.run_kernel(copy_out, y).outputs[0].tolist() == [[0.5, 1.0]]
     assert seen == [np.float32, np.float32]
+
+
+def test_error_out_of_psum_banks() -> None:
+    @trnsim.kernel
+    def k(x):
+        accs = [dsl.psum((128, 512)) for _ in range(8)]  # all 8 banks
+        dsl.psum((128, 4))  # MARK-psum
+        return accs and None
+
+    err = raises_at("MARK-psum", "out of psum", k, np.zeros((1, 1), np.float32))
+    assert "needs 2048 bytes per partition, 0 of 16384 are free" in err.render()
+
+
+def test_release_frees_memory_for_the_next_tile() -> None:
+    @trnsim.kernel
+    def k(x):
+        big = [dsl.sbuf((128, 32768)) for _ in range(2)]  # all of SBUF
+        dsl.release(*big)
+        dsl.sbuf((128, 16384))
+        return None
+
+    trnsim.run_kernel(k, np.zeros((1, 1), np.float32))
+
+
+def test_run_time_faults_name_the_kernel_line() -> None:
+    @trnsim.kernel
+    def k(w, idx, v):
+        out = dsl.hbm_tensor((4, 4), "fp32")
+        acc = dsl.matmul(dsl.psum((4, 4)), dsl.load(w), dsl.load(v), sparsity="2:4",  # MARK-fault
+                         stationary_index=dsl.load(idx))
+        dsl.store(out, dsl.copy(acc))
+        return out
+
+    bad_index = np.full((2, 4), 7, np.uint8)  # positions must be < 4
+    with pytest.raises(trnsim.SimError, match="sparse index 7") as info:
+        trnsim.run_kernel(k, np.ones((2, 4), np.float32), bad_index, np.ones((4, 4), np.float32))
+    assert (info.value.where or "").startswith(f"{HERE}:{line_of('MARK-fault')} (tensor[0] matmul")
+
+
+def test_stochastic_rounding_is_seeded() -> None:
+    def make(seed: int) -> trnsim.dsl.Kernel:
+        @trnsim.kernel(rounding="stochastic", seed=seed)
+        def k(x):
+            out = dsl.hbm_tensor(x.shape, "bf16")
+            dsl.store(out, dsl.copy(dsl.load(x), dtype="bf16"))
+            return out
+        return k
+
+    x = np.full((8, 64), 1 + 2.0**-10, np.float32)  # between two bf16 values
+    a, b, c = (trnsim.run_kernel(make(s), x).outputs[0] for s in (1, 1, 2))
+    assert np.array_equal(a, b) and not np.array_equal(a, c)
+    assert set(np.unique(a)) == {1.0, 1.0078125}
+    with pytest.raises(KernelError, match="unknown rounding"):
+        trnsim.kernel(rounding="rtz")(lambda x: None)
