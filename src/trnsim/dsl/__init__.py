@@ -23,6 +23,12 @@ its Python runs once, loops unroll, and every DSL call appends ISA instructions 
     res = trnsim.run_kernel(scaled_softmax, np.random.rand(300, 64).astype(np.float32), scale=0.5)
     res.outputs[0]            # numpy array; res.program is the traced Program (print(res.program))
 
+Inputs are numpy arrays (ISA dtype from the numpy dtype), ``typed(array, "bf16")`` for ISA dtypes numpy
+lacks (bf16, fp8, MX element codes, int4), or ``None`` for an optional input; keyword arguments are
+compile-time constants. ``kernel.compile(*shape_descriptions, **constants)`` traces without data (anything
+with ``.shape`` and ``.dtype``) and returns the ``Compiled`` program; programs are cached per shapes,
+dtypes and constants. Outputs come back as float32 values (int64 for integer dtypes), in return order.
+
 Tensors (``Tensor``): HBM tensors (kernel inputs, ``hbm_tensor`` outputs) and tiles
 (``sbuf(shape, dtype)``, ``psum(shape)``, ``ndarray(shape, dtype, buffer=...)``, ``zeros``, ``full``,
 ``iota``). Dimension 0 of a tile is its partition dimension (≤ 128; ``tile_size()`` gives the target's
@@ -51,9 +57,12 @@ allows a choice); DMAs are issued from the ``sync`` engine, round-robin over the
 
 Synchronisation is automatic (``deps``): every instruction signals the semaphore of its engine (or DMA
 queue) and waits for the earlier instructions of other engines whose memory it reads or overwrites.
-Allocation is automatic (``alloc``): a tile is freed when the kernel drops its last reference, so
-rebinding a name in a loop double-buffers; running out of SBUF/PSUM is a ``KernelError`` at the kernel
-line that asked. Errors in kernels point at the kernel's line and say how to fix it.
+Allocation is automatic (``alloc``): a tile is freed when the kernel drops its last reference (or at
+``release``), and a new tile takes the memory freed longest ago (never-used memory first), so a loop that
+rebinds a name keeps its DMAs ahead of its compute, and PSUM accumulators rotate through the 8 banks;
+running out of SBUF/PSUM is a ``KernelError`` at the kernel line that asked, naming the sizes and the
+largest live tiles. Errors in kernels point at the kernel's line and say how to fix it; faults at run
+time (``SimError``) name the kernel line of the faulting instruction.
 """
 
 from trnsim.dsl.compute import ACTIVATION_FUNCS as ACTIVATION_FUNCS
