@@ -1,12 +1,13 @@
 """Tensors and data movement: HBM outputs and on-chip tiles, DMA load/store, copies and casts, memset, iota.
 
-DMAs (``load``, ``store``, ``dma_copy``) run on a DMA queue (round-robin unless ``queue=`` says which),
-issued from the ``sync`` engine, and cast when the two dtypes differ. ``copy`` is an engine copy/cast
-(VectorE by default): the way results leave PSUM.
+DMAs (``load``, ``store``, ``dma_copy``, the indirect ``dma_gather`` and ``dma_scatter_add``) run on a DMA
+queue (round-robin unless ``queue=`` says which), issued from the ``sync`` engine, and cast when the two
+dtypes differ. ``copy`` is an engine copy/cast (VectorE by default): the way results leave PSUM.
 
     t = load(x[0:128, :])                    # HBM → new SBUF tile of the view's shape and dtype
     load(t2, x[0:128, :].T)                  # into an existing tile, transposing on the way (DMA transpose)
     store(out[0:128, :], t)                  # SBUF → HBM (a cast when the dtypes differ)
+    dma_gather(rows, table, ids)             # rows[p, :] = table[ids[p], :] (an embedding lookup)
     acc = psum((128, 512)); s = copy(acc, dtype="bf16")
 """
 
@@ -19,7 +20,7 @@ from trnsim.dsl.errors import fail
 from trnsim.dsl.tensor import Memory, Tensor
 from trnsim.dsl.trace import current
 from trnsim.isa.base import Engine
-from trnsim.isa.dma import DmaCopy
+from trnsim.isa.dma import DmaCopy, DmaGather, DmaScatterAdd
 from trnsim.isa.elementwise import Iota, Memset, TensorCopy
 
 
@@ -116,6 +117,27 @@ def store(dst: Tensor, src: Tensor, *, queue: int | None = None) -> None:
 def dma_copy(dst: Tensor, src: Tensor, *, queue: int | None = None) -> Tensor:
     """A DMA between any two views with the same number of elements (copied in index order)."""
     return _dma(dst, src, queue)
+
+
+def dma_gather(dst: Tensor, table: Tensor, index: Tensor, *, queue: int | None = None) -> Tensor:
+    """Indirect DMA: ``dst[p, ...] = table[index[p], ...]`` for each partition ``p`` of ``dst``. ``table`` is a
+    view whose dimension 0 is the rows (an HBM table, or a column slice of one), ``index`` a [P, 1] int32
+    tile; an index outside the table faults at run time. Returns ``dst``."""
+    tr = current()
+    q = tr.next_queue() if queue is None else queue
+    d, t, i = dst.ap(), table.ap(), index.ap()
+    tr.emit("sync", lambda w, s: DmaGather(d, t, i, q, wait=w, signal=s), [table, index], [dst], domain=f"dma{q}")
+    return dst
+
+
+def dma_scatter_add(table: Tensor, src: Tensor, index: Tensor, *, queue: int | None = None) -> None:
+    """Indirect read-add-write DMA: ``table[index[p], ...] += src[p, ...]`` for each partition ``p`` of
+    ``src``, in partition order (repeated indices accumulate), computed in fp32."""
+    tr = current()
+    q = tr.next_queue() if queue is None else queue
+    t, s_, i = table.ap(), src.ap(), index.ap()
+    tr.emit("sync", lambda w, s: DmaScatterAdd(t, s_, i, q, wait=w, signal=s), [table, src, index], [table],
+            domain=f"dma{q}")
 
 
 def copy(src: Tensor, *, dtype: str | None = None, out: Tensor | None = None, engine: Engine = "vector") -> Tensor:

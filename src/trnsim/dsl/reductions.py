@@ -100,9 +100,11 @@ def partition_broadcast(x: Tensor, partitions: int, *, dtype: str | None = None,
     return out
 
 
-def bn_stats(x: Tensor) -> Tensor:
-    """VectorE: a [P, 3] fp32 record (count, mean, M2) per partition of ``x`` (≤ 512 elements each)."""
-    out = current().allocate("sbuf", (x.shape[0], BN_STATS_WIDTH), "fp32")
+def bn_stats(x: Tensor, *, out: Tensor | None = None) -> Tensor:
+    """VectorE: a [P, 3] fp32 record (count, mean, M2) per partition of ``x`` (≤ 512 elements each); ``out``
+    (e.g. ``stats[:, 3 * g:3 * g + 3]``) collects the records of several chunks for ``bn_aggr``."""
+    if out is None:
+        out = current().allocate("sbuf", (x.shape[0], BN_STATS_WIDTH), "fp32")
     dst, src = out.ap(), x.ap()
     current().emit("vector", lambda w, s: BnStats(dst, src, wait=w, signal=s), [x], [out])
     return out
