@@ -13,6 +13,10 @@ from trnsim.kernels.attention import flash_attention_backward_kernel as flash_at
 from trnsim.kernels.attention import flash_attention_kernel as flash_attention_kernel
 from trnsim.kernels.gemm import matmul as matmul
 from trnsim.kernels.gemm import matmul_kernel as matmul_kernel
+from trnsim.kernels.norms import layernorm as layernorm
+from trnsim.kernels.norms import layernorm_kernel as layernorm_kernel
+from trnsim.kernels.norms import rmsnorm as rmsnorm
+from trnsim.kernels.norms import rmsnorm_kernel as rmsnorm_kernel
 from trnsim.kernels.operands import MatmulOperands as MatmulOperands
 from trnsim.kernels.operands import prepare_matmul as prepare_matmul
 from trnsim.kernels.rowwise import activation_kernel as activation_kernel
