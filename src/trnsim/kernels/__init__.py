@@ -17,6 +17,8 @@ from trnsim.kernels.embeddings import embedding_backward_kernel as embedding_bac
 from trnsim.kernels.embeddings import embedding_kernel as embedding_kernel
 from trnsim.kernels.gemm import matmul as matmul
 from trnsim.kernels.gemm import matmul_kernel as matmul_kernel
+from trnsim.kernels.losses import cross_entropy as cross_entropy
+from trnsim.kernels.losses import cross_entropy_kernel as cross_entropy_kernel
 from trnsim.kernels.norms import layernorm as layernorm
 from trnsim.kernels.norms import layernorm_kernel as layernorm_kernel
 from trnsim.kernels.norms import rmsnorm as rmsnorm
