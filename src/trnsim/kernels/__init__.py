@@ -25,6 +25,8 @@ from trnsim.kernels.norms import rmsnorm as rmsnorm
 from trnsim.kernels.norms import rmsnorm_kernel as rmsnorm_kernel
 from trnsim.kernels.operands import MatmulOperands as MatmulOperands
 from trnsim.kernels.operands import prepare_matmul as prepare_matmul
+from trnsim.kernels.optim import adamw as adamw
+from trnsim.kernels.optim import adamw_kernel as adamw_kernel
 from trnsim.kernels.rowwise import activation_kernel as activation_kernel
 from trnsim.kernels.rowwise import gelu as gelu
 from trnsim.kernels.rowwise import silu as silu

@@ -1,0 +1,75 @@
+"""The AdamW optimizer step, elementwise over tensors of any shape, in the kernel language.
+
+PyTorch's ``torch.optim.AdamW`` (decoupled weight decay, bias correction by ``step`` ≥ 1):
+
+    m' = β1·m + (1-β1)·g                 v' = β2·v + (1-β2)·g²
+    p' = p·(1 - lr·wd) - (lr / (1-β1^t)) · m' / (sqrt(v' / (1-β2^t)) + eps)
+
+``param``, ``m`` and ``v`` are fp32 (``grad`` may be bf16); the results are fp32. The tensors are cut into
+runs of consecutive elements, each DMAed into a ``[128, ≤ FREE]`` tile whatever the shape
+(``layout.flat_tiles``), and each tile takes 11 instructions spread over three engines:
+
+    ScalarE  β1·m;  (sqrt(1-β2)·g)²;  sqrt(v' · 1/(1-β2^t))       (activation with its free scale)
+    GpSimd   (1-β1)·g;  β2·v;  p·(1 - lr·wd)                      (tensor_scalar)
+    VectorE  m' = sum;  v' = sum;  den = (sqrt + eps) · -(1-β1^t)/lr;  u = m' / den;  p' = p·(1 - lr·wd) + u
+
+The hyper-parameters are compile-time constants (a new ``step`` is a new trace, cached per value).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from trnsim import dsl
+from trnsim.dsl import Tensor
+from trnsim.kernels.layout import flat_tiles
+
+FREE = 2048  # fp32 elements per partition of a tile: 8 KiB DMAs, 10 live tiles double-buffered in 160 KiB
+
+
+@dsl.kernel
+def adamw_kernel(param: Tensor, grad: Tensor, m: Tensor, v: Tensor, *, lr: float, beta1: float = 0.9,
+                 beta2: float = 0.999, eps: float = 1e-8, weight_decay: float = 0.01,
+                 step: int = 1) -> tuple[Tensor, Tensor, Tensor]:
+    """``(param', m', v')`` in fp32 (module docstring); all four inputs share one shape."""
+    shape = param.shape
+    p_out, m_out, v_out = (dsl.hbm_tensor(shape, "fp32", name=n) for n in ("param_out", "m_out", "v_out"))
+    bc1, bc2 = 1.0 - beta1**step, 1.0 - beta2**step
+    for key, p, f in flat_tiles(shape, dsl.tile_size().pmax, FREE):
+        pt, gt, mt, vt = (dsl.dma_copy(dsl.sbuf((p, f), t.dtype), t[key]) for t in (param, grad, m, v))
+        m_new = dsl.identity(mt, scale=beta1, dtype="fp32")
+        dsl.add(m_new, dsl.tensor_scalar(gt, "mul", 1.0 - beta1, dtype="fp32", engine="gpsimd"), out=m_new)
+        v_new = dsl.tensor_scalar(vt, "mul", beta2, dtype="fp32", engine="gpsimd")
+        dsl.add(v_new, dsl.square(gt, scale=math.sqrt(1.0 - beta2), dtype="fp32"), out=v_new)
+        p_new = dsl.tensor_scalar(pt, "mul", 1.0 - lr * weight_decay, dtype="fp32", engine="gpsimd")
+        if lr != 0.0:
+            den = dsl.sqrt(v_new, scale=1.0 / bc2)
+            dsl.tensor_scalar(den, "add", eps, "mul", -bc1 / lr, out=den)  # -(sqrt(v̂) + eps) / step size
+            dsl.add(p_new, dsl.divide(m_new, den, out=den), out=p_new)
+        for out, t in ((p_out, p_new), (m_out, m_new), (v_out, v_new)):
+            dsl.dma_copy(out[key], t)
+    return p_out, m_out, v_out
+
+
+def adamw(param: ArrayLike, grad: ArrayLike, m: ArrayLike, v: ArrayLike, *, lr: float, beta1: float = 0.9,
+          beta2: float = 0.999, eps: float = 1e-8, weight_decay: float = 0.01, step: int = 1,
+          grad_dtype: str = "fp32", target: str = "trn3",
+          ) -> tuple[NDArray[np.float32], NDArray[np.float32], NDArray[np.float32]]:
+    """One AdamW step on a simulated NeuronCore: ``(param', m', v')`` as fp32 arrays of ``param``'s shape
+    (``grad`` stored as ``grad_dtype``).
+
+        >>> p, m, v = adamw([1.0, -2.0], [0.5, 0.5], [0.0, 0.0], [0.0, 0.0], lr=0.1, weight_decay=0.0)
+        >>> p.astype(float).round(6).tolist(), m.astype(float).round(6).tolist()
+        ([0.9, -2.1], [0.05, 0.05])
+    """
+    arrays = [np.asarray(a, np.float32) for a in (param, grad, m, v)]
+    if any(a.shape != arrays[0].shape for a in arrays):
+        raise ValueError(f"adamw: shapes differ: {[a.shape for a in arrays]}; pass param, grad, m, v of one shape")
+    res = dsl.run_kernel(adamw_kernel, arrays[0], dsl.typed(arrays[1], grad_dtype), arrays[2], arrays[3],
+                         target=target, lr=lr, beta1=beta1, beta2=beta2, eps=eps, weight_decay=weight_decay,
+                         step=step)
+    p_out, m_out, v_out = res.outputs
+    return p_out, m_out, v_out
