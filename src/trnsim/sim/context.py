@@ -73,6 +73,20 @@ class Context:
         """Values as an engine sees them: fp32, flattened to ``[partitions, free_size]``."""
         return decode_raw32(self.read_raw(ap), ap.dtype).reshape(ap.partitions, ap.free_size)
 
+    def accumulate32(self, ap: AccessPattern, values: NDArray[np.float32], *, add: bool) -> None:
+        """PSUM-style fp32 store, in place: ``dst = values`` or ``dst += values`` (one fp32 rounding per
+        element, as the accumulator does). ``ap`` must be fp32; ``values`` has ``ap.size`` elements."""
+        mem, reg = self.region(ap)
+        if add and self.strict_reads and not reg.written_view(ap).all():
+            raise Fault(f"accumulate into never-written {mem.name}", "write the accumulator first (accumulate=False)")
+        view = reg.view(ap).view(np.float32)
+        vals = np.asarray(values, dtype=np.float32).reshape(ap.shape)
+        if add:
+            np.add(view, vals, out=view)
+        else:
+            view[...] = vals
+        reg.written_view(ap)[...] = True
+
     def write_raw(self, ap: AccessPattern, raw: NDArray[Any]) -> None:
         _, reg = self.region(ap)
         reg.view(ap)[...] = np.asarray(raw).reshape(ap.shape)

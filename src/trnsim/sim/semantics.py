@@ -127,9 +127,7 @@ def matmul(ctx: Context, ins: Matmul) -> None:
         # it: results are bit-exact wherever the partial sums are representable (small integers, few terms),
         # and within K fp32 rounding errors otherwise.
         acc = s.astype(np.float32, copy=False).T @ v.astype(np.float32, copy=False)
-        if ins.accumulate:
-            acc = ctx.read32(ins.dst).reshape(acc.shape) + acc
-    ctx.write_raw(ins.dst, acc.astype(np.float32).view(np.uint32))
+        ctx.accumulate32(ins.dst, acc, add=ins.accumulate)
 
 
 @semantics(TensorTranspose)
