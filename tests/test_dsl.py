@@ -338,3 +338,21 @@ def test_stochastic_rounding_is_seeded() -> None:
     assert set(np.unique(a)) == {1.0, 1.0078125}
     with pytest.raises(KernelError, match="unknown rounding"):
         trnsim.kernel(rounding="rtz")(lambda x: None)
+
+
+def test_run_kernel_timing_and_timing_only() -> None:
+    """timing=True adds the profile to a functional run; shape descriptions give a timing-only run."""
+    import trnsim.numerics
+    from trnsim.kernels import matmul_kernel
+
+    a = np.arange(128 * 256, dtype=np.float32).reshape(128, 256) % 7
+    b = np.arange(256 * 512, dtype=np.float32).reshape(256, 512) % 5
+    timed = trnsim.run_kernel(matmul_kernel, dsl.typed(a, "bf16"), dsl.typed(b, "bf16"), timing=True)
+    assert timed.profile is not None and timed.profile.total_seconds > 0
+    assert np.array_equal(timed.outputs[0], trnsim.numerics.quantize(a @ b, "bf16"))  # exact sums, bf16 out
+    only = trnsim.run_kernel(matmul_kernel, trnsim.TensorSpec((128, 256), "bf16"), trnsim.TensorSpec((256, 512), "bf16"))
+    assert only.outputs == [] and only.profile is not None
+    assert only.profile.total_seconds == timed.profile.total_seconds  # the same timeline without data
+    assert any(label.startswith("matmul_kernel:") for label in only.profile.labels)
+    with pytest.raises(trnsim.TrnsimError, match="shape descriptions"):
+        trnsim.run_kernel(matmul_kernel, dsl.typed(a, "bf16"), trnsim.TensorSpec((256, 512), "bf16"))

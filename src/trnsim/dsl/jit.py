@@ -41,6 +41,7 @@ from trnsim.isa.dtypes import DTYPES
 from trnsim.isa.program import ROUNDINGS, Program
 from trnsim.isa.verify import check_semaphores
 from trnsim.sim.device import Device, Executed
+from trnsim.sim.profile import Profile
 
 # numpy / ml_dtypes dtype name → ISA dtype of an input (float64/int64 narrow to the engines' 32-bit types)
 NUMPY_DTYPES: dict[str, str] = {
@@ -113,6 +114,12 @@ class Compiled:
     outputs: tuple[str, ...]
     locations: Mapping[tuple[str, int], Location]
     target: str
+    name: str = "kernel"
+
+    def labels(self) -> dict[tuple[str, int], str]:
+        """Profile labels: every instruction tagged with its kernel line (``name:line``), so the profile's
+        per-label breakdown shows where in the kernel the time goes."""
+        return {key: f"{self.name}:{loc.line}" for key, loc in self.locations.items()}
 
 
 class Kernel:
@@ -172,7 +179,7 @@ class Kernel:
         # program-wide check is left; verify() would check each instruction a second time
         check_semaphores(program)
         names = tuple(None if t is None else t.buffer.name for t in inputs)
-        return Compiled(program, names, outputs, locations, target)
+        return Compiled(program, names, outputs, locations, target, self.fn.__name__)
 
 
 def _output_names(result: object, inputs: set[str], at: Location) -> tuple[str, ...]:
@@ -204,41 +211,57 @@ def kernel(
 
 @dataclass(frozen=True)
 class KernelResult:
-    """The outputs of one run (numpy arrays of the values, in return order) and what produced them."""
+    """The outputs of one run (numpy arrays of the values, in return order) and what produced them.
+
+    ``profile`` is the timeline when the run was timed (``timing=True``, or timing-only when the inputs
+    were shape descriptions: then ``outputs`` is empty and ``log`` too)."""
 
     outputs: list[NDArray[Any]]
     program: Program
     log: tuple[Executed, ...]
     compiled: Compiled
+    profile: Profile | None = None
 
     def __getitem__(self, i: int) -> NDArray[Any]:
         return self.outputs[i]
 
 
-def run_kernel(k: Kernel | Callable[..., Any], *arrays: Arg, target: str = "trn3", **params: Any) -> KernelResult:
-    """Trace ``k`` for these inputs (cached), run it on a fresh simulated device, return its outputs."""
+def run_kernel(
+    k: Kernel | Callable[..., Any], *arrays: Arg, target: str = "trn3", timing: bool = False, **params: Any
+) -> KernelResult:
+    """Trace ``k`` for these inputs (cached), run it on a fresh simulated device, return its outputs.
+
+    ``timing=True`` also returns the timeline (``.profile``). When every input is a shape description
+    (``trnsim.TensorSpec(shape, dtype)`` or anything with ``.shape`` and ``.dtype`` that is not an array) the
+    run is timing-only: nothing is computed, so large problems simulate in seconds."""
     if not isinstance(k, Kernel):
         raise KernelError(f"run_kernel takes a @trnsim.kernel function, not {k!r}", hint="decorate it")
     args = [as_typed(a) for a in arrays]
     compiled = k.compile_specs([None if a is None else a[:2] for a in args], target, params)
+    described = [a is not None and a[2] is None for a in args]
+    if any(described):
+        if not all(d for d, a in zip(described, args, strict=True) if a is not None):
+            raise KernelError("some inputs are arrays and some are shape descriptions",
+                              hint="pass all arrays (a functional run) or all shape descriptions (timing only)")
+        profile = Device(target).run(compiled.program, check=False, timing_only=True, labels=compiled.labels())
+        return KernelResult([], compiled.program, (), compiled, profile)
     feed: dict[str, NDArray[Any]] = {}
     for name, a in zip(compiled.inputs, args, strict=True):
-        if name is None or a is None:
+        if name is None or a is None or a[2] is None:
             continue
         data = a[2]
-        if data is None:
-            raise KernelError(f"input {name} is a shape description", hint="run_kernel needs arrays; "
-                              "use Kernel.compile to trace from shapes")
         if data.dtype.kind in "fV" and data.dtype.name not in ("float32", "float64"):
             # NOTE: ml_dtypes' bfloat16/fp8 are kind "V", not "f"
             data = data.astype(np.float32)  # exact for bf16/fp16/fp8; the device's fast paths take fp32
         feed[name] = data
     try:
-        result = Device(target).run(compiled.program, feed, check=False)  # verified when compiled
+        result = Device(target).run(compiled.program, feed, check=False, timing=timing,  # verified when compiled
+                                    labels=compiled.labels() if timing else None)
     except SimError as e:
         m = re.match(r"(\w+)\[(\d+)\]", e.where or "")
         loc = compiled.locations.get((m[1], int(m[2]))) if m else None
         if loc is None:
             raise
         raise SimError(e.message, where=f"{loc} ({e.where})", hint=e.hint) from e
-    return KernelResult([result.outputs[n] for n in compiled.outputs], compiled.program, result.log, compiled)
+    return KernelResult([result.outputs[n] for n in compiled.outputs], compiled.program, result.log, compiled,
+                        result.profile)
