@@ -350,7 +350,8 @@ def test_run_kernel_timing_and_timing_only() -> None:
     timed = trnsim.run_kernel(matmul_kernel, dsl.typed(a, "bf16"), dsl.typed(b, "bf16"), timing=True)
     assert timed.profile is not None and timed.profile.total_seconds > 0
     assert np.array_equal(timed.outputs[0], trnsim.numerics.quantize(a @ b, "bf16"))  # exact sums, bf16 out
-    only = trnsim.run_kernel(matmul_kernel, trnsim.TensorSpec((128, 256), "bf16"), trnsim.TensorSpec((256, 512), "bf16"))
+    specs = trnsim.TensorSpec((128, 256), "bf16"), trnsim.TensorSpec((256, 512), "bf16")
+    only = trnsim.run_kernel(matmul_kernel, *specs)
     assert only.outputs == [] and only.profile is not None
     assert only.profile.total_seconds == timed.profile.total_seconds  # the same timeline without data
     assert any(label.startswith("matmul_kernel:") for label in only.profile.labels)
