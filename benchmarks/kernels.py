@@ -18,9 +18,10 @@ import ml_dtypes
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
+import trnsim
 from _timing import ratio, report
 from trnsim import dsl
-from trnsim.kernels import matmul_kernel
+from trnsim.kernels import flash_attention, flash_attention_kernel, matmul_kernel
 
 
 def main() -> int:
@@ -43,7 +44,38 @@ def main() -> int:
     ok = report(f"matmul {n}^3 bf16 (run_kernel, traced once)", 2.0, res, "float32 numpy matmul")
     print(f"{'  first call: trace + verify':<48} {trace / res[2]:6.2f}x  ({trace * 1e3:.0f} ms, "
           f"{sum(len(s) for s in matmul_kernel.compile(ta, tb).program.streams.values())} instructions)")
+    ok &= attention()
     return 0 if ok else 1
+
+
+def attention() -> bool:
+    """Flash attention forward, batch 1, 8 heads, 2048 x 128, bf16, through run_kernel (host function,
+    traced once) against float32 numpy softmax(Q Kᵀ / √d) V on the same values; also the program's time on
+    the timing model. NOTE: the simulator runs 2,560 small matmuls (≤ 128x128x512); OpenBLAS's threads
+    make each of them several times slower on a busy machine (OPENBLAS_NUM_THREADS=1 avoids that)."""
+    rng = np.random.default_rng(0)
+    shape = (1, 8, 2048, 128)
+    q, k, v = (rng.standard_normal(shape, dtype=np.float32).astype(ml_dtypes.bfloat16) for _ in range(3))
+    qf, kf, vf = (x.astype(np.float32) for x in (q, k, v))
+    scale = np.float32(1 / np.sqrt(shape[-1]))
+
+    def baseline() -> object:
+        s = qf @ np.swapaxes(kf, -1, -2) * scale
+        e = np.exp(s - s.max(-1, keepdims=True))
+        return (e / e.sum(-1, keepdims=True)) @ vf
+
+    start = time.perf_counter()
+    flash_attention(q, k, v)
+    first = time.perf_counter() - start
+    res = ratio(lambda: flash_attention(q, k, v), baseline, rounds=3)
+    ok = report("flash_attention fwd 1x8x2048x128 bf16 (traced once)", 3.0, res, "float32 numpy attention")
+    program = flash_attention_kernel.compile(*(dsl.typed(x, "bf16") for x in (q, k, v)), causal=False, scale=None,
+                                             kv_tile=None).program  # the host call's cached trace
+    print(f"{'  first call: trace + verify + run':<48} {first / res[2]:6.2f}x  ({first * 1e3:.0f} ms, "
+          f"{sum(len(s) for s in program.streams.values())} instructions)")
+    profile = trnsim.Device("trn3").run(program, timing_only=True, check=False)
+    print(f"  on the timing model: {profile.total_seconds * 1e6:.0f} us, MFU {profile.mfu:.2f}")
+    return ok
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ from numpy.typing import NDArray
 import trnsim
 from trnsim import dsl
 from trnsim.dsl import KernelError, typed
-from trnsim.kernels import attention
+from trnsim.kernels import attention, attention_backward, attention_tiles
 from trnsim.kernels.attention import (
     flash_attention,
     flash_attention_backward,
@@ -120,7 +120,7 @@ def within(name: str, got: NDArray[Any], want: F64, tol: F64) -> None:
                            f"{float((err - tol).max()):.3g} (error {float(err.max()):.3g})")
 
 
-def check(shape: tuple[int, ...], seq_k: int, dv: int, causal: bool, dtype: str, kv_tile: int, seed: int,
+def check(shape: tuple[int, ...], seq_k: int, dv: int, causal: bool, dtype: str, kv_tile: int | None, seed: int,
           amplitude: float = 1.0) -> None:
     """Forward and backward of one case against the reference, within the format-derived bounds."""
     rng = np.random.default_rng(seed)
@@ -150,11 +150,11 @@ def check(shape: tuple[int, ...], seq_k: int, dv: int, causal: bool, dtype: str,
     lead=st.sampled_from([(1,), (2,), (1, 2)]),
     causal=st.booleans(),
     dtype=st.sampled_from(["bf16", "bf16", "fp32"]),
-    kv_tile=st.sampled_from([128, 256, 2048]),
+    kv_tile=st.sampled_from([128, 256, None]),
     seed=st.integers(0, 2**16),
 )
 def test_matches_float64_attention_and_gradients(seq: int, d: int, dv: int | None, lead: tuple[int, ...],
-                                                 causal: bool, dtype: str, kv_tile: int, seed: int) -> None:
+                                                 causal: bool, dtype: str, kv_tile: int | None, seed: int) -> None:
     check((*lead, seq, d), seq, dv or d, causal, dtype, kv_tile, seed)
 
 
@@ -206,7 +206,7 @@ def test_streaming_keys_and_queries_gives_the_same_bits(monkeypatch: pytest.Monk
     q, k, v, do = (typed(rng.standard_normal((2, 260, 32)), "bf16") for _ in range(4))
     o, lse = trnsim.run_kernel(flash_attention_kernel, q, k, v, causal=True, kv_tile=128).outputs
     grads = trnsim.run_kernel(flash_attention_backward_kernel, q, k, v, typed(o, "bf16"), do, lse).outputs
-    monkeypatch.setattr(attention, "CACHE_BYTES", 0)
+    monkeypatch.setattr(attention_tiles, "CACHE_BYTES", 0)
     fwd, bwd = dsl.kernel(flash_attention_kernel.fn), dsl.kernel(flash_attention_backward_kernel.fn)  # no cache
     res = trnsim.run_kernel(fwd, q, k, v, causal=True, kv_tile=128)
     assert all(np.array_equal(a, b) for a, b in zip(res.outputs, (o, lse), strict=True))
@@ -220,7 +220,8 @@ def test_streaming_keys_and_queries_gives_the_same_bits(monkeypatch: pytest.Monk
     (((1, 8, 16), (1, 9, 16), (1, 9, 16)), {"causal": True}, "seq_q == seq_k"),
     (((1, 8, 16), (1, 9, 16), (1, 8, 16)), {}, "one value row per key"),
     (((8, 16),), {}, "batch, heads, seq, d"),
-    (((1, 8, 16), (1, 8, 16), (1, 8, 16)), {"kv_tile": 100}, "multiple of 128"),
+    (((1, 8, 16), (1, 8, 16), (1, 8, 16)), {"kv_tile": 100}, "multiple of 128 up to 1536 for fp32"),
+    (((1, 8, 16), (1, 8, 16), (1, 8, 16)), {"kv_tile": 2048}, "multiple of 128 up to 1536 for fp32"),
     (((1, 8, 16), (1, 8, 16), (1, 8, 16)), {"scale": -1.0}, "positive"),
 ])
 def test_errors_name_the_problem(shapes: tuple[tuple[int, ...], ...], params: dict[str, Any], match: str) -> None:
@@ -241,6 +242,11 @@ def test_mixed_dtypes_and_host_dtype_errors() -> None:
         flash_attention(x, x, x, dtype="fp8_e4m3")
 
 
+def test_default_key_tile_fills_psum_with_two_steps() -> None:
+    assert attention.max_kv_tile("bf16") == 2048 and attention.max_kv_tile("fp32") == 1536
+
+
 def test_docstring_examples() -> None:
     result = doctest.testmod(attention)
     assert result.attempted and not result.failed
+    assert not doctest.testmod(attention_backward).failed
