@@ -142,9 +142,9 @@ def check(shape: tuple[int, ...], seq_k: int, dv: int, causal: bool, dtype: str,
         within(name, g, w, t)
 
 
-@settings(max_examples=10, deadline=None)
+@settings(max_examples=8, deadline=None)
 @given(
-    seq=st.integers(1, 300),
+    seq=st.integers(1, 260),
     d=st.sampled_from([1, 16, 40, 64, 128]),
     dv=st.sampled_from([None, 8, 128]),
     lead=st.sampled_from([(1,), (2,), (1, 2)]),
@@ -203,7 +203,7 @@ def test_causal_skips_the_blocks_past_the_diagonal() -> None:
 def test_streaming_keys_and_queries_gives_the_same_bits(monkeypatch: pytest.MonkeyPatch) -> None:
     """Heads too long to keep in SBUF load K/V (forward) and the query side (backward) per use instead."""
     rng = np.random.default_rng(4)
-    q, k, v, do = (typed(rng.standard_normal((2, 260, 32)), "bf16") for _ in range(4))
+    q, k, v, do = (typed(rng.standard_normal((2, 200, 32)), "bf16") for _ in range(4))
     o, lse = trnsim.run_kernel(flash_attention_kernel, q, k, v, causal=True, kv_tile=128).outputs
     grads = trnsim.run_kernel(flash_attention_backward_kernel, q, k, v, typed(o, "bf16"), do, lse).outputs
     monkeypatch.setattr(attention_tiles, "CACHE_BYTES", 0)
