@@ -4,7 +4,7 @@ fp32 operations of each output (every operation rounds once; every constant is r
 from __future__ import annotations
 
 import doctest
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import ml_dtypes
 import numpy as np
@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 import trnsim
 from trnsim import dsl, kernels
+from trnsim.isa.dma import DmaCopy
 from trnsim.kernels import layout, optim
 
 U32 = 2.0**-24  # fp32 unit roundoff
@@ -113,3 +114,27 @@ def test_engine_balance_and_strict_reads() -> None:
     run_strict(compiled, arrays)
     assert doctest.testmod(optim).failed == 0
     assert doctest.testmod(layout).failed == 0
+
+
+def test_prefetch_and_staged_issue_order() -> None:
+    """layout.prefetch calls loads ``depth`` ahead of the consumer, layout.staged runs the stage one item
+    ahead; in the kernel, tile 1's loads come before tile 0's stores."""
+    log: list[str] = []
+
+    def load(i: int) -> Callable[[], int]:
+        def run() -> int:
+            log.append(f"load{i}")
+            return i
+        return run
+
+    for i in layout.prefetch([load(i) for i in range(4)], 2):
+        log.append(f"use{i}")
+    assert log == ["load0", "load1", "load2", "use0", "load3", "use1", "use2", "use3"]
+    log.clear()
+    for i, _ in layout.staged(range(3), lambda i: log.append(f"stage{i}")):
+        log.append(f"use{i}")
+    assert log == ["stage0", "stage1", "use0", "stage2", "use1", "use2"]
+    arrays = [np.ones(128 * optim.FREE * 5, np.float32)] * 4
+    sync = optim.adamw_kernel.compile(*arrays, lr=1e-3).program.streams["sync"]
+    first_store = next(k for k, i in enumerate(sync) if isinstance(i, DmaCopy) and i.dst.tensor == "param_out")
+    assert first_store >= 4 * (optim.DEPTH + 1)

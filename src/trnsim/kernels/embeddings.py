@@ -10,10 +10,15 @@ broadcast DMA from a zero tile) into which ``dma_scatter_add`` adds row ``i`` of
 ``ids[i]``, in order, so repeated ids accumulate (in fp32, rounded to the table's dtype after each add).
 Successive scatter-adds into the table are ordered by the kernel's dependency tracking.
 
-Rows wider than ``ROW_BYTES`` per partition are moved in column slices.
+Rows wider than ``ROW_BYTES`` per partition are moved in column slices. The DMAs are spread over the
+queues: gathers and stores in pieces of partitions, index tiles and row tiles loaded ahead of their use
+(the sync engine issues DMAs in program order), scatter-adds in column slices of ``SCATTER_COLUMNS``
+(scatter-adds into the same columns run one after another; different columns in parallel).
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -21,13 +26,46 @@ from numpy.typing import ArrayLike, NDArray
 from trnsim import dsl
 from trnsim.dsl import Tensor
 from trnsim.isa.dtypes import get_dtype
-from trnsim.kernels.layout import blocks, index_tiles
+from trnsim.kernels.layout import (
+    DMA_PIECE_BYTES,
+    DMA_PIECES,
+    Key,
+    blocks,
+    dma_spread,
+    gather_spread,
+    index_tiles,
+    prefetch,
+)
 
 ROW_BYTES = 32 * 1024  # bytes per partition of one gathered / scattered tile
+SCATTER_COLUMNS = 512  # a scatter-add's column slice: independent slices run on separate DMA queues
+DEPTH = 2  # row tiles loaded (gathered) ahead of their use
 
 
 def _row_width(dtype: str) -> int:
     return max(1, ROW_BYTES // get_dtype(dtype).itemsize)
+
+
+Work = tuple[int, Key, int, int, int]  # (tile number, ids key, ids in the tile, first column, columns)
+
+
+def _plan(ids: Tensor, d: int, dtype: str) -> tuple[list[Work], Callable[[Work], Tensor]]:
+    """The (tile, column slice) steps over ``ids`` and a function giving each step's index tile: index tiles
+    are loaded ``2·DEPTH`` tiles ahead (``layout.prefetch``), so a gather never waits behind them."""
+    tiles = index_tiles(ids.shape, dsl.tile_size().pmax)
+    work = [(t, key, p, c0, w) for t, (key, p) in enumerate(tiles) for c0, w in blocks(d, _row_width(dtype))]
+    def load(key: Key, p: int) -> Callable[[], Tensor]:
+        return lambda: dsl.dma_copy(dsl.sbuf((p, 1), ids.dtype), ids[key])
+
+    stream = prefetch([load(key, p) for key, p in tiles], 2 * DEPTH)
+    held: dict[int, Tensor] = {}
+
+    def index(step: Work) -> Tensor:
+        t, _, _, c0, w = step
+        if c0 == 0:
+            held[t] = next(stream)
+        return held[t] if c0 + w < d else held.pop(t)
+    return work, index
 
 
 @dsl.kernel
@@ -36,26 +74,31 @@ def embedding_kernel(table: Tensor, ids: Tensor) -> Tensor:
     ``[0, V)`` faults."""
     d = table.shape[1]
     out = dsl.hbm_tensor((*ids.shape, d), table.dtype, name="rows")
-    for key, p in index_tiles(ids.shape, dsl.tile_size().pmax):
-        index = dsl.dma_copy(dsl.sbuf((p, 1), ids.dtype), ids[key])
-        for c0, w in blocks(d, _row_width(table.dtype)):
-            rows = dsl.dma_gather(dsl.sbuf((p, w), table.dtype), table[:, c0 : c0 + w], index)
-            dsl.dma_copy(out[key][..., c0 : c0 + w], rows)
+    work, index = _plan(ids, d, table.dtype)
+
+    def gather(step: Work) -> Callable[[], Tensor]:
+        _, _, p, c0, w = step
+        return lambda: gather_spread(dsl.sbuf((p, w), table.dtype), table[:, c0 : c0 + w], index(step))
+
+    for (_, key, _, c0, w), rows in zip(work, prefetch([gather(s) for s in work], DEPTH), strict=True):
+        dma_spread(out[key][..., c0 : c0 + w], rows)
     return out
 
 
 def zero_rows(t: Tensor) -> None:
-    """Zero an HBM ``[R, C]`` tensor: one DMA per column slice from a zero tile broadcast along a free axis
-    (``[128, R // 128, C]``), plus one for the ``R % 128`` rows left."""
+    """Zero an HBM ``[R, C]`` tensor by DMAs from a zero tile broadcast along a free axis (``[128, k, C]``
+    fills 128·k rows), spread over the queues, plus one for the ``R % 128`` rows left."""
     n_rows, cols = t.shape
-    pmax = dsl.tile_size().pmax
-    p = min(pmax, n_rows)
+    p = min(dsl.tile_size().pmax, n_rows)
+    itemsize = get_dtype(t.dtype).itemsize
     for c0, w in blocks(cols, _row_width(t.dtype)):
         zero = dsl.zeros((p, 1, w), t.dtype)
-        full = n_rows // p * p
-        dsl.dma_copy(t[0:full, c0 : c0 + w], zero.broadcast_to((p, full // p, w)))
-        if full < n_rows:
-            dsl.dma_copy(t[full:n_rows, c0 : c0 + w], zero[: n_rows - full])
+        full = n_rows // p
+        pieces = max(1, min(DMA_PIECES, full, full * p * w * itemsize // DMA_PIECE_BYTES))
+        for b0, k in blocks(full, -(-full // pieces)):
+            dsl.dma_copy(t[b0 * p : (b0 + k) * p, c0 : c0 + w], zero.broadcast_to((p, k, w)))
+        if full * p < n_rows:
+            dsl.dma_copy(t[full * p : n_rows, c0 : c0 + w], zero[: n_rows - full * p])
 
 
 @dsl.kernel
@@ -65,11 +108,15 @@ def embedding_backward_kernel(dout: Tensor, ids: Tensor, *, vocab: int, dtype: s
     d = dout.shape[-1]
     dtable = dsl.hbm_tensor((vocab, d), dtype, name="dtable")
     zero_rows(dtable)
-    for key, p in index_tiles(ids.shape, dsl.tile_size().pmax):
-        index = dsl.dma_copy(dsl.sbuf((p, 1), ids.dtype), ids[key])
-        for c0, w in blocks(d, _row_width(dout.dtype)):
-            rows = dsl.dma_copy(dsl.sbuf((p, w), dout.dtype), dout[key][..., c0 : c0 + w])
-            dsl.dma_scatter_add(dtable[:, c0 : c0 + w], rows, index)
+    work, index = _plan(ids, d, dout.dtype)
+
+    def load(step: Work) -> Callable[[], tuple[Tensor, Tensor]]:
+        _, key, p, c0, w = step
+        return lambda: (dma_spread(dsl.sbuf((p, w), dout.dtype), dout[key][..., c0 : c0 + w]), index(step))
+
+    for (_, _, _, c0, w), (rows, idx) in zip(work, prefetch([load(s) for s in work], DEPTH), strict=True):
+        for s0, sw in blocks(w, SCATTER_COLUMNS):
+            dsl.dma_scatter_add(dtable[:, c0 + s0 : c0 + s0 + sw], rows[:, s0 : s0 + sw], idx)
     return dtable
 
 

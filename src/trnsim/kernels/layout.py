@@ -19,14 +19,32 @@ or of the first two), so the same key addresses every tensor of that shape:
 
     >>> index_tiles((5, 50), 128)
     [((slice(0, 2, None),), 100), ((slice(2, 4, None),), 100), ((slice(4, 5, None),), 50)]
+
+``dma_spread`` / ``gather_spread`` cut one large transfer along dimension 0 into pieces that the DSL puts
+on successive DMA queues: a queue moves one transfer at a time at 33 GB/s on trn3 (neuron.md §1.2), so a
+1 MiB tile in one DMA would use one of the core's 16 queues. ``prefetch`` issues the loads of later
+blocks before the stores of earlier ones, so that DMAs, which issue in program order, overlap compute.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import TypeVar
+
+from trnsim import dsl
+from trnsim.dsl import Tensor
+from trnsim.isa.dtypes import get_dtype
 
 Key = tuple[int | slice, ...]
+T = TypeVar("T")
+U = TypeVar("U")
+
+# NOTE: a transfer holds its queue for ~2 us before moving data (trn3 preset dma.latency), 66 KB at 33 GB/s;
+# pieces of 128 KiB spend 2/3 of their queue time moving data, and 16 such queues ~350 GB/s
+DMA_PIECE_BYTES = 128 * 1024
+DMA_PIECES = 16  # at most one piece per DMA queue of a trn3 core
 
 
 def blocks(n: int, size: int, start: int = 0) -> list[tuple[int, int]]:
@@ -64,3 +82,67 @@ def index_tiles(shape: Sequence[int], pmax: int) -> list[tuple[Key, int]]:
     if inner > pmax:
         return [((i, *key), p) for i in range(lead) for key, p in index_tiles(shape[1:], pmax)]
     return [((slice(r, r + g),), g * inner) for r, g in blocks(lead, pmax // inner)]
+
+
+
+def _pieces(rows: int, nbytes: int) -> list[slice]:
+    """Slices of ``range(rows)``: as many as ``nbytes`` fills pieces of ``DMA_PIECE_BYTES``, ≤ DMA_PIECES."""
+    pieces = max(1, min(DMA_PIECES, rows, nbytes // DMA_PIECE_BYTES))
+    return [slice(r0, r0 + n) for r0, n in blocks(rows, -(-rows // pieces))]
+
+
+def _nbytes(*ts: Tensor) -> int:
+    return max(t.size * get_dtype(t.dtype).itemsize for t in ts)
+
+
+def dma_spread(dst: Tensor, src: Tensor) -> Tensor:
+    """``dsl.dma_copy(dst, src)`` cut along dimension 0 into pieces on successive DMA queues (module
+    docstring); one DMA when dimension 0 differs between the two. Returns ``dst``."""
+    if dst.shape[0] != src.shape[0]:
+        return dsl.dma_copy(dst, src)
+    for s in _pieces(dst.shape[0], _nbytes(dst, src)):
+        dsl.dma_copy(dst[s], src[s])
+    return dst
+
+
+def gather_spread(dst: Tensor, table: Tensor, index: Tensor) -> Tensor:
+    """``dsl.dma_gather(dst, table, index)`` cut along the partitions of ``dst`` and ``index``."""
+    for s in _pieces(dst.shape[0], _nbytes(dst)):
+        dsl.dma_gather(dst[s], table, index[s])
+    return dst
+
+
+
+def prefetch(loads: Sequence[Callable[[], T]], depth: int) -> Iterator[T]:
+    """Call ``loads`` in order, ``depth`` ahead of the consumer: yields ``loads[i]()`` after the loads up to
+    ``i + depth`` are issued. DMAs issue from the sync engine in program order, so a store placed before
+    the next block's load holds that load until the store's data is computed; loads issued ahead keep
+    the queues busy while the engines compute (``depth + 2`` results are alive at once)."""
+    pending: deque[T] = deque()
+    issued = 0
+    for _ in range(len(loads)):
+        while issued < len(loads) and len(pending) <= depth:
+            pending.append(loads[issued]())
+            issued += 1
+        yield pending.popleft()
+
+
+def staged(items: Iterable[T], stage: Callable[[T], U]) -> Iterator[tuple[T, U]]:
+    """``(item, stage(item))`` with ``stage`` run one item ahead: the stage's instructions for item k+1
+    come before the consumer's for item k in every engine's program order, so an engine works on the next
+    block's first step (e.g. statistics) instead of waiting for another engine's step of this block."""
+    previous: tuple[T, U] | None = None
+    for item in items:
+        current = (item, stage(item))
+        if previous is not None:
+            yield previous
+        previous = current
+    if previous is not None:
+        yield previous
+
+
+def prefetch_depth(tile_bytes: int, reserved: int, most: int = 3) -> int:
+    """How far ahead to load tiles of ``tile_bytes`` per partition: 1..``most``, as SBUF allows beside
+    ``reserved`` bytes (``depth + 2`` tiles are alive)."""
+    free = dsl.tile_size().sbuf_bytes_per_partition - reserved
+    return max(1, min(most, free // max(1, tile_bytes) - 2))

@@ -1,7 +1,8 @@
 """Layer normalisation and RMS normalisation over the last axis of ``x [N, D]``, in the kernel language.
 
-Rows go on the partitions, 128 at a time; a row block ``[n, D]`` is loaded once (one DMA), its statistics
-taken, and it is normalised in place column chunk by column chunk (``NORM_CHUNK``) and stored (one DMA).
+Rows go on the partitions, 128 at a time; a row block ``[n, D]`` is loaded once (DMAs on several queues,
+``layout.dma_spread``), its statistics taken, and it is normalised in place column chunk by column chunk
+(``NORM_CHUNK``) and stored; later blocks' loads are issued ahead of this block's store (``layout.prefetch``).
 ``gamma`` and ``beta`` are loaded once, broadcast over the partitions by the DMA (stride-0 rows), and stay.
 
     layernorm   VectorE  bn_stats per ≤ 512 columns (BN_STATS_FMAX) into one record tile, bn_aggr → mean, var
@@ -19,20 +20,47 @@ partition holds two row blocks (double buffering), gamma and beta, and a few fp3
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from trnsim import dsl
 from trnsim.dsl import Tensor
+from trnsim.isa.dtypes import get_dtype
 from trnsim.isa.reduction import BN_STATS_FMAX, BN_STATS_WIDTH
-from trnsim.kernels.layout import blocks
+from trnsim.kernels.layout import blocks, dma_spread, prefetch, prefetch_depth, staged
 
 NORM_CHUNK = 2048  # columns per normalising instruction: fp32 temporaries of 8 KiB per partition
+TEMP_BYTES = 48 * 1024  # SBUF per partition left for statistics and chunk temporaries
+
+
+def _row_blocks(x: Tensor, *vectors: Tensor) -> Iterator[tuple[int, int, Tensor]]:
+    """``(r0, n, tile)`` per block of 128 rows of ``x``, loaded ahead as far as SBUF allows beside the
+    resident ``vectors`` (``layout.prefetch``)."""
+    n_rows, d = x.shape
+    resident = sum(d * get_dtype(v.dtype).itemsize for v in vectors) + TEMP_BYTES
+    tile_bytes = d * get_dtype(x.dtype).itemsize
+    depth = prefetch_depth(tile_bytes, resident + tile_bytes)  # one more block is held by ``staged``
+    rows = blocks(n_rows, dsl.tile_size().pmax)
+
+    def load(r0: int, n: int) -> Callable[[], Tensor]:
+        return lambda: dma_spread(dsl.sbuf((n, d), x.dtype), x[r0 : r0 + n, :])
+
+    tiles = prefetch([load(r0, n) for r0, n in rows], depth)
+    return ((r0, n, t) for (r0, n), t in zip(rows, tiles, strict=True))
 
 
 def _broadcast_rows(v: Tensor, p: int) -> Tensor:
     """A [D] HBM vector loaded onto ``p`` partitions (a stride-0 broadcast DMA)."""
-    return dsl.load(v.broadcast_to((p, v.shape[0])))
+    return dma_spread(dsl.sbuf((p, v.shape[0]), v.dtype), v.broadcast_to((p, v.shape[0])))
+
+
+def _temps(x: Tensor) -> list[Tensor]:
+    """Two fp32 chunk buffers, allocated once: temporaries made per chunk would free memory that the next
+    row block's load then waits to reuse (behind this block's compute)."""
+    p, w = min(dsl.tile_size().pmax, x.shape[0]), min(NORM_CHUNK, x.shape[1])
+    return [dsl.sbuf((p, w)) for _ in range(2)]
 
 
 @dsl.kernel
@@ -44,19 +72,24 @@ def layernorm_kernel(x: Tensor, gamma: Tensor, beta: Tensor, *, eps: float = 1e-
     pmax = dsl.tile_size().pmax
     g, b = _broadcast_rows(gamma, min(pmax, n_rows)), _broadcast_rows(beta, min(pmax, n_rows))
     stat_chunks = blocks(d, BN_STATS_FMAX)
-    for r0, n in blocks(n_rows, pmax):
-        xt = dsl.load(x[r0 : r0 + n, :])
+    temps = _temps(x)
+
+    def scale_bias(block: tuple[int, int, Tensor]) -> tuple[Tensor, Tensor]:
+        """(rstd, -mean · rstd) of a row block."""
+        _, n, xt = block
         stats = dsl.sbuf((n, BN_STATS_WIDTH * len(stat_chunks)))
         for i, (c0, w) in enumerate(stat_chunks):
             dsl.bn_stats(xt[:, c0 : c0 + w], out=stats[:, BN_STATS_WIDTH * i : BN_STATS_WIDTH * (i + 1)])
         mean_var = dsl.bn_aggr(stats)
         rstd = dsl.rsqrt(mean_var[:, 1:2], bias=eps)
-        nbias = dsl.tensor_scalar(mean_var[:, 0:1], "mul", rstd, "mul", -1.0)
-        for c0, w in blocks(d, NORM_CHUNK):
-            t = dsl.identity(xt[:, c0 : c0 + w], scale=rstd, bias=nbias, dtype="fp32")
+        return rstd, dsl.tensor_scalar(mean_var[:, 0:1], "mul", rstd, "mul", -1.0)
+
+    for (r0, n, xt), (rstd, nbias) in staged(_row_blocks(x, gamma, beta), scale_bias):
+        for k, (c0, w) in enumerate(blocks(d, NORM_CHUNK)):
+            t = dsl.identity(xt[:, c0 : c0 + w], scale=rstd, bias=nbias, out=temps[k % 2][:n, :w])
             dsl.multiply(t, g[:n, c0 : c0 + w], out=t)
             dsl.add(t, b[:n, c0 : c0 + w], out=xt[:, c0 : c0 + w])
-        dsl.store(out[r0 : r0 + n, :], xt)
+        dma_spread(out[r0 : r0 + n, :], xt)
     return out
 
 
@@ -69,17 +102,22 @@ def rmsnorm_kernel(x: Tensor, gamma: Tensor, *, eps: float = 1e-6) -> Tensor:
     g = _broadcast_rows(gamma, min(pmax, n_rows))
     chunks = blocks(d, NORM_CHUNK)
     squares = dsl.sbuf((min(pmax, n_rows), chunks[0][1]), "bf16")  # ScalarE's elementwise output, unused
-    for r0, n in blocks(n_rows, pmax):
-        xt = dsl.load(x[r0 : r0 + n, :])
+    temps = _temps(x)
+
+    def scale(block: tuple[int, int, Tensor]) -> Tensor:
+        """rstd of a row block."""
+        _, n, xt = block
         partial = dsl.sbuf((n, len(chunks)))
         for i, (c0, w) in enumerate(chunks):
             dsl.activation("square", xt[:, c0 : c0 + w], out=squares[:n, :w], reduce_res=partial[:, i : i + 1])
         total = partial if len(chunks) == 1 else dsl.reduce_sum(partial)
-        rstd = dsl.rsqrt(total, scale=1.0 / d, bias=eps)
-        for c0, w in chunks:
-            t = dsl.tensor_scalar(xt[:, c0 : c0 + w], "mul", rstd, dtype="fp32")
+        return dsl.rsqrt(total, scale=1.0 / d, bias=eps)
+
+    for (r0, n, xt), rstd in staged(_row_blocks(x, gamma), scale):
+        for k, (c0, w) in enumerate(chunks):
+            t = dsl.tensor_scalar(xt[:, c0 : c0 + w], "mul", rstd, out=temps[k % 2][:n, :w])
             dsl.multiply(t, g[:n, c0 : c0 + w], out=xt[:, c0 : c0 + w])
-        dsl.store(out[r0 : r0 + n, :], xt)
+        dma_spread(out[r0 : r0 + n, :], xt)
     return out
 
 

@@ -13,21 +13,25 @@ runs of consecutive elements, each DMAed into a ``[128, ≤ FREE]`` tile whateve
     GpSimd   (1-β1)·g;  β2·v;  p·(1 - lr·wd)                      (tensor_scalar)
     VectorE  m' = sum;  v' = sum;  den = (sqrt + eps) · -(1-β1^t)/lr;  u = m' / den;  p' = p·(1 - lr·wd) + u
 
-The hyper-parameters are compile-time constants (a new ``step`` is a new trace, cached per value).
+Loads are issued ``DEPTH`` tiles ahead of the stores (``layout.prefetch``). The hyper-parameters are
+compile-time constants (a new ``step`` is a new trace, cached per value).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from trnsim import dsl
 from trnsim.dsl import Tensor
-from trnsim.kernels.layout import flat_tiles
+from trnsim.kernels.layout import Key, flat_tiles, prefetch
 
-FREE = 2048  # fp32 elements per partition of a tile: 8 KiB DMAs, 10 live tiles double-buffered in 160 KiB
+FREE = 1024  # fp32 elements per partition of a tile: 512 KiB DMAs of 4 KiB a partition
+DEPTH = 3  # tiles loaded ahead
+RESULT_BUFS = 3  # tiles whose results are being stored while the next is computed
 
 
 @dsl.kernel
@@ -38,15 +42,27 @@ def adamw_kernel(param: Tensor, grad: Tensor, m: Tensor, v: Tensor, *, lr: float
     shape = param.shape
     p_out, m_out, v_out = (dsl.hbm_tensor(shape, "fp32", name=n) for n in ("param_out", "m_out", "v_out"))
     bc1, bc2 = 1.0 - beta1**step, 1.0 - beta2**step
-    for key, p, f in flat_tiles(shape, dsl.tile_size().pmax, FREE):
-        pt, gt, mt, vt = (dsl.dma_copy(dsl.sbuf((p, f), t.dtype), t[key]) for t in (param, grad, m, v))
-        m_new = dsl.identity(mt, scale=beta1, dtype="fp32")
-        dsl.add(m_new, dsl.tensor_scalar(gt, "mul", 1.0 - beta1, dtype="fp32", engine="gpsimd"), out=m_new)
-        v_new = dsl.tensor_scalar(vt, "mul", beta2, dtype="fp32", engine="gpsimd")
-        dsl.add(v_new, dsl.square(gt, scale=math.sqrt(1.0 - beta2), dtype="fp32"), out=v_new)
-        p_new = dsl.tensor_scalar(pt, "mul", 1.0 - lr * weight_decay, dtype="fp32", engine="gpsimd")
+    pmax = dsl.tile_size().pmax
+    tiles = flat_tiles(shape, pmax, FREE)
+    # NOTE: results and temporaries live in buffers made once, used in turn: a temporary freed in the loop
+    # would hand its memory to a prefetched load, which would then wait for this tile's compute
+    results = [[dsl.sbuf((pmax, FREE)) for _ in range(RESULT_BUFS)] for _ in range(3)]  # stores read them
+    temps = [[dsl.sbuf((pmax, FREE)) for _ in range(2)] for _ in range(3)]
+
+    def load(key: Key, p: int, f: int) -> Callable[[], tuple[Tensor, ...]]:
+        return lambda: tuple(dsl.dma_copy(dsl.sbuf((p, f), t.dtype), t[key]) for t in (param, grad, m, v))
+
+    loaded = prefetch([load(*tile) for tile in tiles], DEPTH)
+    for k, ((key, p, f), (pt, gt, mt, vt)) in enumerate(zip(tiles, loaded, strict=True)):
+        m_new, v_new, p_new = (b[k % RESULT_BUFS][:p, :f] for b in results)
+        t1, t2, t3 = (b[k % 2][:p, :f] for b in temps)
+        dsl.identity(mt, scale=beta1, out=m_new)
+        dsl.add(m_new, dsl.tensor_scalar(gt, "mul", 1.0 - beta1, engine="gpsimd", out=t1), out=m_new)
+        dsl.tensor_scalar(vt, "mul", beta2, engine="gpsimd", out=v_new)
+        dsl.add(v_new, dsl.square(gt, scale=math.sqrt(1.0 - beta2), out=t2), out=v_new)
+        dsl.tensor_scalar(pt, "mul", 1.0 - lr * weight_decay, engine="gpsimd", out=p_new)
         if lr != 0.0:
-            den = dsl.sqrt(v_new, scale=1.0 / bc2)
+            den = dsl.sqrt(v_new, scale=1.0 / bc2, out=t3)
             dsl.tensor_scalar(den, "add", eps, "mul", -bc1 / lr, out=den)  # -(sqrt(v̂) + eps) / step size
             dsl.add(p_new, dsl.divide(m_new, den, out=den), out=p_new)
         for out, t in ((p_out, p_new), (m_out, m_new), (v_out, v_new)):
