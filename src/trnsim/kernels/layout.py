@@ -142,7 +142,8 @@ def staged(items: Iterable[T], stage: Callable[[T], U]) -> Iterator[tuple[T, U]]
 
 
 def prefetch_depth(tile_bytes: int, reserved: int, most: int = 3) -> int:
-    """How far ahead to load tiles of ``tile_bytes`` per partition: 1..``most``, as SBUF allows beside
-    ``reserved`` bytes (``depth + 2`` tiles are alive)."""
+    """How far ahead to load tiles of ``tile_bytes`` per partition: 0..``most``, as SBUF allows beside
+    ``reserved`` bytes (``depth + 2`` tiles are alive: the one in use, the next being allocated, and the
+    prefetched ones); 0 loads each tile only when it is needed."""
     free = dsl.tile_size().sbuf_bytes_per_partition - reserved
-    return max(1, min(most, free // max(1, tile_bytes) - 2))
+    return max(0, min(most, free // max(1, tile_bytes) - 2))

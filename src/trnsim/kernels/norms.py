@@ -14,8 +14,9 @@ Rows go on the partitions, 128 at a time; a row block ``[n, D]`` is loaded once 
                 chunks:  VectorE  t = x · rstd;  x = t · gamma
 
 bn_stats/bn_aggr keep the variance accurate when |mean| ≫ std (no E[x²] − E[x]² cancellation). SBUF per
-partition holds two row blocks (double buffering), gamma and beta, and a few fp32 chunks: D up to about
-16384 for bf16 x with fp32 gamma/beta, 8192 for fp32 x; beyond that allocation fails at the kernel line.
+partition holds gamma and beta (fp32), two fp32 chunks, and as many row blocks as fit (at least three: the
+one being normalised, the next one's statistics, the one being loaded): D up to 16384 for bf16 x, 8192 for
+fp32 x (tested); beyond that allocation fails at the kernel line.
 """
 
 from __future__ import annotations
