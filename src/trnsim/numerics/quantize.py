@@ -27,7 +27,7 @@ from trnsim.numerics._parallel import for_chunks
 from trnsim.numerics.formats import BF16, FP16, FP32, FloatFormat, Format, float_format, get_format
 from trnsim.numerics.rounding import check_rounding, round_to_format
 
-CHUNK = 1 << 17  # elements per chunk: the working set of a chunk stays in L2
+CHUNK = 1 << 18  # elements per chunk (1 MiB of float32): measured best on 2 cores with 1 MiB L2 each
 _STICKY_BITS = 15  # a class is (bits >> 16, any of bits 15..0 set)
 
 
