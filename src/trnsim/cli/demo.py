@@ -1,6 +1,6 @@
-"""``trnsim demo``: the main job. For now a short tour — the hardware side by side, then what the
-low-precision formats do to real-looking tensors. Every number is computed here, from the presets and
-from the emulated formats."""
+"""``trnsim demo``: the main job. For now a short tour — the hardware side by side, what the low-precision
+formats do to real-looking tensors, a kernel on a simulated NeuronCore, and a training job at cluster scale.
+Every number is computed here, from the presets, the emulated formats, the simulator and the estimator."""
 
 from __future__ import annotations
 
@@ -86,6 +86,46 @@ def formats_tour(seed: int = 0) -> None:
                         f"(2 bits per kept value) instead of {w.nbytes}")
 
 
+def kernel_tour(seed: int = 0) -> None:
+    """A kernel in the kernel language, run on a simulated NeuronCore with its timeline."""
+    import trnsim
+    from trnsim import dsl
+    from trnsim.kernels import matmul_kernel
+
+    rng = np.random.default_rng(seed)
+    a = rng.integers(-8, 8, (512, 1024)).astype(np.float32)  # small integers: fp32 sums are exact
+    b = rng.integers(-8, 8, (1024, 512)).astype(np.float32)
+    res = trnsim.run_kernel(matmul_kernel, dsl.typed(a, "bf16"), dsl.typed(b, "bf16"), timing=True)
+    prof = res.profile
+    assert prof is not None
+    exact = np.array_equal(res.outputs[0], tn.quantize(a @ b, "bf16"))
+    engines = ", ".join(f"{e} {u:.0%}" for e, u in prof.engine_utilization.items() if u > 0)
+    rows = [["instructions", f"{prof.instructions:,}"], ["simulated time", f"{prof.total_seconds * 1e6:.1f} us"],
+            ["engine utilisation", engines], ["HFU", f"{prof.hfu:.1%}"],
+            ["HBM traffic", f"{prof.hbm_bytes / 1e6:.1f} MB at {prof.hbm_bandwidth / 1e9:.0f} GB/s"],
+            ["result vs numpy", "bit-exact" if exact else "DIFFERS"]]
+    print_table("trnsim.kernels.matmul, 512×1024 @ 1024×512 bf16, on one simulated trn3 NeuronCore",
+                ["", ""], rows, caption=f"peak: {prof.peak_name}. A small problem is DMA-bound; "
+                                        "`trnsim profile --example matmul --trace t.json` writes a Perfetto trace")
+
+
+def cluster_tour() -> None:
+    """The same training job on Trainium3 and on the GPUs it competes with."""
+    from trnsim import hw
+    from trnsim.cluster import estimate, models
+
+    model = models.get("llama3-70b")
+    rows = []
+    for target in ("trn3", "trn2", "h200", "b200"):
+        est = estimate(model, hw.get(target), 1024)
+        layout = f"DP {est.plan.dp} × TP {est.plan.tp} × PP {est.plan.pp}"
+        rows.append([target, layout, f"{est.tokens_per_s:,.0f}", f"{est.mfu:.1%}",
+                     f"{est.memory_per_chip_bytes / 1e9:.0f} GB", "yes" if est.fits else "no"])
+    print_table("Llama-3 70B training on 1,024 chips: the estimator's default plan per target",
+                ["target", "plan", "tokens/s", "MFU", "memory/chip", "fits"], rows,
+                caption="`trnsim plan` searches layouts; `trnsim validate` checks the model against published runs")
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from trnsim.cli import main
 
@@ -96,14 +136,19 @@ def cmd_demo(args: argparse.Namespace) -> int:
         return status
     out.rule("bit-exact low-precision numerics")
     formats_tour(args.seed)
-    out.print("\nNext: `trnsim hw show trn3`, `trnsim numerics formats`, "
-              "`trnsim numerics quantize --format mxfp4_e2m1 0.3 1.7 5.2`")
+    out.rule("a kernel on a simulated NeuronCore")
+    kernel_tour(args.seed)
+    out.rule("a training job at cluster scale")
+    cluster_tour()
+    out.print("\nNext: `trnsim hw show trn3`, `trnsim numerics formats`, `trnsim fabric --chips 64`, "
+              "`trnsim plan --model llama3-70b --chips 1024`, `trnsim profile --example matmul`")
     return 0
 
 
 def register(sub: SubParsers) -> None:
-    p = sub.add_parser("demo", help="a short tour: hardware specs and low-precision numerics",
-                       description="A short tour of trnsim: the chips side by side, then the number formats.",
+    p = sub.add_parser("demo", help="a short tour: hardware, numerics, a kernel, a cluster estimate",
+                       description="A short tour of trnsim: the chips side by side, the number formats, a kernel "
+                                   "on a simulated NeuronCore, and a training job at cluster scale.",
                        epilog="example: trnsim demo")
     p.add_argument("--seed", type=int, default=0, help="seed for the demo tensors")
     p.set_defaults(handler=cmd_demo)
