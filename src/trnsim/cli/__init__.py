@@ -32,6 +32,10 @@ EPILOG = """examples:
   trnsim hw list
   trnsim hw compare trn3 trn2 h200 b200
   trnsim numerics quantize --format mxfp6_e2m3 0.1 1.0 3.14159 -7.9
+  trnsim fabric --target trn3 --chips 64 --op all-reduce
+  trnsim estimate --model llama3-70b --target trn3 --chips 1024
+  trnsim plan --model llama3-8b --target trn3 --chips 64
+  trnsim profile --example matmul --m 1024 --k 1024 --n 1024
   trnsim demo
 
 """ + help_text()
@@ -40,7 +44,8 @@ EPILOG = """examples:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="trnsim",
-        description="Trainium3 in software: hardware specs, bit-exact numerics, and (soon) the whole stack.",
+        description="Trainium3 in software: hardware specs, bit-exact numerics, a NeuronCore simulator and "
+                    "kernel language, collectives and cluster-scale training estimates.",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
