@@ -2,29 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 
 import pytest
 
 import trnsim.cli as cli
+from cli_util import run
 from trnsim.cli.cluster import parse_tokens
 from trnsim.cluster import models
 from trnsim.cluster.validate import paper_flops, table, validate
 from trnsim.errors import ConfigError
-
-
-@pytest.fixture(autouse=True)
-def only_available_commands(monkeypatch: pytest.MonkeyPatch) -> None:
-    # NOTE: other subcommand modules are written in parallel; test ours whether or not they exist yet.
-    available = {k: m for k, m in cli.COMMANDS.items() if importlib.util.find_spec(m) is not None}
-    monkeypatch.setattr(cli, "COMMANDS", available)
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = cli.main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_estimate_table(capsys: pytest.CaptureFixture[str]) -> None:

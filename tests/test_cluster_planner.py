@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import doctest
-import importlib.util
 import json
 import shlex
 from typing import Any
 
 import pytest
 
-import trnsim.cli as cli
+from cli_util import run
 from trnsim import hw
 from trnsim.cluster import TrainingConfig, estimate_plan, models, planner, resolve
 from trnsim.cluster.planner import REASONS, PlanSearchError, SearchResult, Space, search
@@ -21,11 +20,6 @@ SMALL = models.get("gpt3-1.3b")
 NARROW = Space(zero=(1, 3), recompute=("selective", "full"), micro_batch=(1, 2), cp=(1, 2))
 
 
-@pytest.fixture(autouse=True)
-def only_available_commands(monkeypatch: pytest.MonkeyPatch) -> None:
-    # NOTE: other subcommand modules are written in parallel; test ours whether or not they exist yet.
-    available = {k: m for k, m in cli.COMMANDS.items() if importlib.util.find_spec(m) is not None}
-    monkeypatch.setattr(cli, "COMMANDS", available)
 
 
 @pytest.fixture(scope="module")
@@ -120,10 +114,6 @@ def test_impossible_requests_list_what_to_change() -> None:
     assert "memory: model states" in str(err.value) and "raise --zero" in str(err.value)
 
 
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = cli.main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 PLAN = ("plan", "--model", "gpt3-1.3b", "--target", "trn3", "--chips", "16", "--zero", "1", "--cp", "1",

@@ -2,25 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 
 import pytest
 
 import trnsim.cli as cli
-
-
-@pytest.fixture(autouse=True)
-def only_available_commands(monkeypatch: pytest.MonkeyPatch) -> None:
-    # NOTE: other subcommand modules are written in parallel; test `fabric` whether or not they exist yet.
-    available = {k: m for k, m in cli.COMMANDS.items() if importlib.util.find_spec(m) is not None}
-    monkeypatch.setattr(cli, "COMMANDS", available)
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = cli.main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
+from cli_util import run
 
 
 def test_table(capsys: pytest.CaptureFixture[str]) -> None:
