@@ -79,3 +79,15 @@ def test_default_split_fits_in_memory() -> None:
     assert plan.tp == 1
     # fp32 main gradients (bf16's default) take 6 + 12/64 B per parameter: over half of HBM at TP 1
     assert resolve(models.get("llama3-8b"), hw.get("h100"), 64).tp == 2
+
+
+def test_expert_parallelism_must_divide_data_parallelism() -> None:
+    """EP groups take adjacent data-parallel ranks, so EP > DP cannot be laid out (was accepted when EP divided
+    DP·CP, then failed inside the fabric)."""
+    from trnsim.cluster import estimate
+
+    model, spec = models.get("mixtral-8x7b"), hw.get("trn3")
+    with pytest.raises(ClusterConfigError, match=r"EP 8 must divide .*DP 4"):
+        estimate(model, spec, 256, TrainingConfig(tp=4, cp=16, ep=8, pp=1))
+    ok = estimate(model, spec, 256, TrainingConfig(tp=4, cp=8, ep=8, pp=1))  # DP 8: EP 8 fits
+    assert ok.plan.ep == 8 and ok.step_time_s > 0

@@ -260,11 +260,14 @@ def _build(model: ModelSpec, spec: ChipSpec, chips: int, cfg: TrainingConfig, tp
     seq = cfg.seq_len or model.seq_len
     if cp > 1 and seq % (2 * cp):
         problems.append(f"CP {cp} needs seq_len {seq} divisible by 2·CP = {2 * cp} (load-balanced causal chunks)")
-    ep = cfg.ep or (max(e for e in _divisors(model.experts) if (dp * cp) % e == 0) if model.moe else 1)
+    # NOTE: expert parallelism takes adjacent data-parallel ranks (stride TP·CP, comm.py's "tp-cp-ep-dp-pp"
+    # layout), so EP must divide DP itself, not DP·CP
+    ep = cfg.ep or (max(e for e in _divisors(model.experts) if dp % e == 0) if model.moe else 1)
     if ep > 1 and not model.moe:
         problems.append(f"EP {ep} needs a mixture-of-experts model; {model.name} is dense: use ep = 1")
-    elif model.moe and (model.experts % ep or (dp * cp) % ep):
-        problems.append(f"EP {ep} must divide experts {model.experts} and DP·CP {dp * cp}")
+    elif model.moe and (model.experts % ep or dp % ep):
+        problems.append(f"EP {ep} must divide experts {model.experts} and DP {dp} (expert-parallel ranks are "
+                        "data-parallel ranks): lower ep, or raise dp")
     sp = cfg.sp if cfg.sp is not None else tp > 1
     sp = sp and tp > 1  # sequence parallelism splits the TP group's work; without TP it is a no-op
     micro = cfg.micro_batch or 1
