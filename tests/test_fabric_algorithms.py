@@ -201,3 +201,18 @@ def test_to_dict_is_json_ready() -> None:
     data = collective("all-reduce", S, a100(16)).to_dict()
     assert json.loads(json.dumps(data))["algorithm"] == data["algorithm"]
     assert {"time_s", "algbw", "busbw", "candidates", "breakdown", "latency_s"} <= set(data)
+
+
+def test_nccl_policy_runs_only_what_nccl_implements() -> None:
+    """NCCL: tree (or ring) for all-reduce only; ring for all-gather / reduce-scatter / broadcast / reduce."""
+    from trnsim import hw
+    from trnsim.fabric import Topology, collective
+
+    topo = Topology.for_chip(hw.get("a100"), 256)
+    group = topo.group(256)
+    for op, allowed in (("all-gather", {"ring"}), ("reduce-scatter", {"ring"}), ("all-reduce", {"ring", "tree"}),
+                        ("broadcast", {"ring"})):
+        for size in (2.0**10, 2.0**20, 2.0**30):
+            cost = collective(op, size, group, policy="nccl")
+            assert cost.algorithm in allowed, (op, size, cost.algorithm)
+            assert cost.time_s >= collective(op, size, group).time_s  # never better than the fastest valid

@@ -15,7 +15,8 @@ edp        DP·CP/EP, TP·EP             gradient reduction of expert weights
 pp         2, TP·CP·DP                 activations between neighbouring pipeline stages
 =========  ==========================  =====================================================================
 
-Costs come from :func:`trnsim.fabric.collective` with its default policy (the fastest valid algorithm), on
+Costs come from :func:`trnsim.fabric.collective` with the policy of the chip's collective library
+(``COLLECTIVE_POLICY``: NCCL's algorithms on NVIDIA and AMD, Neuron's size rule on Trainium), on
 the *achieved* link rates: ``trnsim.fabric`` works at line rate, and the estimator scales each link by the
 fraction of it that collective traffic gets (``LINK_EFFICIENCY``: per chip where a documented figure exists,
 else per link kind; a link with neither runs at line rate, and the estimate says so nowhere else — see the
@@ -73,9 +74,10 @@ class Communicators:
     """The groups of one parallel layout (module table) and their collective times. Hashed by identity:
     :func:`communicators` hands out one object per (spec, layout), so it can key other caches cheaply."""
 
-    __slots__ = ("_memo", "groups")
+    __slots__ = ("_memo", "groups", "policy")
 
-    def __init__(self, topo: Topology, tp: int, cp: int, dp: int, ep: int, pp: int) -> None:
+    def __init__(self, topo: Topology, tp: int, cp: int, dp: int, ep: int, pp: int, policy: str = "fastest") -> None:
+        self.policy = policy
         self.groups: dict[str, Group] = {
             "tp": topo.group(tp, 1), "cp": topo.group(cp, tp), "dp": topo.group(dp * cp, tp),
             "ep": topo.group(ep, tp * cp), "edp": topo.group(max(1, dp * cp // ep), tp * ep),
@@ -88,7 +90,8 @@ class Communicators:
         found = self._memo.get(key)
         if found is None:
             g = self.groups[group]
-            found = self._memo[key] = 0.0 if g.size == 1 or nbytes <= 0 else collective(op, nbytes, g).time_s
+            found = 0.0 if g.size == 1 or nbytes <= 0 else collective(op, nbytes, g, policy=self.policy).time_s
+            self._memo[key] = found
         return found
 
 
@@ -97,8 +100,17 @@ def topology(spec: ChipSpec, chips: int) -> Topology:
     return per_spec(spec, f"topology:{chips}", lambda: Topology.for_chip(achieved(spec), chips))
 
 
+# Designer → the collective library's algorithm choice (trnsim.fabric.POLICIES): NCCL on NVIDIA, RCCL (NCCL's
+# port) on AMD, the Neuron runtime's documented size rule on Trainium; others take the fastest valid algorithm.
+COLLECTIVE_POLICY: dict[str, str] = {"NVIDIA": "nccl", "AMD": "nccl", "AWS": "neuron"}
+
+
+def collective_policy(spec: ChipSpec) -> str:
+    return COLLECTIVE_POLICY.get(spec.meta.designer.split()[0], "fastest")
+
+
 def communicators(spec: ChipSpec, plan: Plan) -> Communicators:
     """The plan's communicators on ``plan.chips`` chips of ``spec`` (cached per spec and layout)."""
     key = f"comm:{plan.chips}:{plan.tp}:{plan.cp}:{plan.dp}:{plan.ep}:{plan.pp}"
     return per_spec(spec, key, lambda: Communicators(topology(spec, plan.chips), plan.tp, plan.cp, plan.dp,
-                                                     plan.ep, plan.pp))
+                                                     plan.ep, plan.pp, collective_policy(spec)))

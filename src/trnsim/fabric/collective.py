@@ -8,6 +8,10 @@ Every algorithm valid for the group is costed (``CollectiveCost.candidates``); a
   §4.3 [N-INTRA]): a group spanning several levels runs hierarchical; within one level, Mesh below 1 MB,
   RDH from 1 to 56 MB (power-of-two groups), Ring above. Ops the rule does not cover fall back to
   ``"fastest"``. Being a step function of size, it need not be monotone at the thresholds.
+- ``"nccl"``: what NCCL (and AMD's RCCL, its port) can run: all-reduce by ring or tree, whichever its cost
+  model prefers (here: the faster); all-gather, reduce-scatter, broadcast and reduce by ring only (NCCL's
+  tree and hierarchical variants serve all-reduce alone; NVLS/CollNet need NVSwitch-SHARP or SHARP
+  switches, which no preset describes); all-to-all and send-recv point to point.
 
 Bandwidths follow nccl-tests (§4.1): ``algbw = S/t``, ``busbw = algbw × factor(n)``.
 """
@@ -70,10 +74,24 @@ def _neuron(op: str, nbytes: float, shape: Shape, candidates: Mapping[str, float
     return _fastest(op, nbytes, shape, candidates)
 
 
+# The algorithms NCCL implements per collective (NCCL's src/enqueue.cc / tuning: Tree only for AllReduce;
+# Ring for AllGather, ReduceScatter, Broadcast and Reduce; AllToAll and SendRecv as point-to-point).
+NCCL_ALGORITHMS: dict[str, tuple[str, ...]] = {
+    "all-reduce": ("ring", "tree"), "all-gather": ("ring",), "reduce-scatter": ("ring",),
+    "broadcast": ("ring",), "reduce": ("ring",), "all-to-all": ("pairwise", "direct"), "send-recv": ("direct",),
+}
+
+
+def _nccl(op: str, nbytes: float, shape: Shape, candidates: Mapping[str, float]) -> str:
+    allowed = {name: t for name, t in candidates.items() if name in NCCL_ALGORITHMS.get(op, ())}
+    return _fastest(op, nbytes, shape, allowed or candidates)
+
+
 # Policy name → chooser(op, nbytes, shape, {algorithm: time}) → algorithm.
 POLICIES: dict[str, Callable[[str, float, Shape, Mapping[str, float]], str]] = {
     "fastest": _fastest,
     "neuron": _neuron,
+    "nccl": _nccl,
 }
 
 
