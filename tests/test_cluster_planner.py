@@ -173,3 +173,11 @@ def test_help_examples_run(capsys: pytest.CaptureFixture[str], monkeypatch: pyte
     for argv in examples:
         code, out, _ = run(capsys, *argv)
         assert code == 0 and ("best plans" in out or '"plans"' in out), argv
+
+
+def test_plan_and_estimate_share_the_job_options(capsys: pytest.CaptureFixture[str]) -> None:
+    """The job options come from one definition, so `plan` takes every one `estimate` does (e.g. --fp32-grads)
+    and passes it on in its details line."""
+    code, out, _ = run(capsys, "plan", "--model", "llama3-8b", "--target", "trn3", "--chips", "8", "--tp", "8",
+                       "--pp", "1", "--no-fp32-grads", "--global-batch", "8")
+    assert code == 0 and "--no-fp32-grads" in out.splitlines()[-1]

@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import re
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from trnsim import hw
 from trnsim.cli._output import console, print_json, print_table
@@ -54,26 +54,15 @@ are chosen per row as the fastest setup that fits in memory.
 TOKEN_SUFFIX = {"": 1.0, "K": 1e3, "M": 1e6, "B": 1e9, "G": 1e9, "T": 1e12}
 
 
-def register(subparsers: SubParsers) -> None:
-    """Add ``estimate`` and ``validate`` to the top-level parser."""
-    p = subparsers.add_parser(
-        "estimate", help="step time, MFU and memory of a training setup on a cluster",
-        description="Estimate one training step of a model on a cluster of chips: plan, time breakdown, "
-                    "memory per chip, throughput, MFU and HFU.",
-        epilog=ESTIMATE_EPILOG.format(models=", ".join(models.names())),
-        formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_cluster_options(p: argparse.ArgumentParser) -> None:
+    """--model, --target, --chips: shared by the commands that look at a job on a cluster."""
     p.add_argument("--model", required=True, help="zoo model name or a .toml/.json model file")
     p.add_argument("--target", help="hardware preset or .toml file (default: TRNSIM_TARGET)")
     p.add_argument("--chips", type=int, required=True, help="number of chips")
-    for name, text in (("dp", "data-parallel size"), ("tp", "tensor-parallel size"), ("pp", "pipeline stages"),
-                       ("cp", "context-parallel size"), ("ep", "expert-parallel size (MoE)")):
-        p.add_argument(f"--{name}", type=int, help=text)
-    p.add_argument("--sp", action=argparse.BooleanOptionalAction, help="sequence parallelism (default: on with TP>1)")
-    p.add_argument("--zero", type=int, default=1, choices=range(4), help="ZeRO stage, 3 = FSDP (default 1)")
-    p.add_argument("--recompute", default="selective", choices=list(RECOMPUTE), help="activation recomputation")
-    p.add_argument("--interleave", type=int, default=1, metavar="V", help="virtual pipeline stages per chip")
-    p.add_argument("--global-batch", type=int, help="sequences per step")
-    p.add_argument("--micro-batch", type=int, help="sequences per micro-batch (default 1)")
+
+
+def add_job_options(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:  # pyright: ignore[reportPrivateUsage]
+    """The training-job options (everything but the parallel layout), shared by `estimate` and `plan`."""
     p.add_argument("--seq-len", type=int, help="tokens per sequence (default: the model's)")
     p.add_argument("--precision", default="bf16", choices=list(PRECISIONS), help="matmul precision")
     p.add_argument("--optimizer", default="adamw", choices=list(OPTIMIZERS))
@@ -84,6 +73,35 @@ def register(subparsers: SubParsers) -> None:
     p.add_argument("--finetune", default="full", choices=list(FINETUNE), help="full training, LoRA or QLoRA")
     p.add_argument("--lora-rank", type=int, default=16, help="LoRA rank r")
     p.add_argument("--attention", default="flash", choices=list(ATTENTION_KINDS), help="attention kernel")
+
+
+def job_config(args: argparse.Namespace, **layout: Any) -> TrainingConfig:
+    """A TrainingConfig from the job options of ``add_job_options`` plus the given layout options."""
+    return TrainingConfig(seq_len=args.seq_len, precision=args.precision, optimizer=args.optimizer,
+                          overlap_grad_reduce=args.overlap_grad_reduce, fp32_grads=args.fp32_grads,
+                          finetune=args.finetune, lora_rank=args.lora_rank, attention=args.attention,
+                          global_batch=args.global_batch, **layout)
+
+
+def register(subparsers: SubParsers) -> None:
+    """Add ``estimate`` and ``validate`` to the top-level parser."""
+    p = subparsers.add_parser(
+        "estimate", help="step time, MFU and memory of a training setup on a cluster",
+        description="Estimate one training step of a model on a cluster of chips: plan, time breakdown, "
+                    "memory per chip, throughput, MFU and HFU.",
+        epilog=ESTIMATE_EPILOG.format(models=", ".join(models.names())),
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_cluster_options(p)
+    for name, text in (("dp", "data-parallel size"), ("tp", "tensor-parallel size"), ("pp", "pipeline stages"),
+                       ("cp", "context-parallel size"), ("ep", "expert-parallel size (MoE)")):
+        p.add_argument(f"--{name}", type=int, help=text)
+    p.add_argument("--sp", action=argparse.BooleanOptionalAction, help="sequence parallelism (default: on with TP>1)")
+    p.add_argument("--zero", type=int, default=1, choices=range(4), help="ZeRO stage, 3 = FSDP (default 1)")
+    p.add_argument("--recompute", default="selective", choices=list(RECOMPUTE), help="activation recomputation")
+    p.add_argument("--interleave", type=int, default=1, metavar="V", help="virtual pipeline stages per chip")
+    p.add_argument("--global-batch", type=int, help="sequences per step")
+    p.add_argument("--micro-batch", type=int, help="sequences per micro-batch (default 1)")
+    add_job_options(p)
     p.add_argument("--tokens", help="training tokens for time-to-train, e.g. 15T, 2e12")
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
     p.set_defaults(handler=cmd_estimate)
@@ -106,12 +124,8 @@ def parse_tokens(text: str) -> float:
 
 
 def _config(args: argparse.Namespace) -> TrainingConfig:
-    return TrainingConfig(global_batch=args.global_batch, micro_batch=args.micro_batch, seq_len=args.seq_len,
-                          precision=args.precision, optimizer=args.optimizer, dp=args.dp, tp=args.tp, pp=args.pp,
-                          cp=args.cp, ep=args.ep, sp=args.sp, interleave=args.interleave, zero=args.zero,
-                          recompute=args.recompute, overlap_grad_reduce=args.overlap_grad_reduce,
-                          finetune=args.finetune, lora_rank=args.lora_rank, attention=args.attention,
-                          fp32_grads=args.fp32_grads)
+    return job_config(args, micro_batch=args.micro_batch, dp=args.dp, tp=args.tp, pp=args.pp, cp=args.cp, ep=args.ep,
+                      sp=args.sp, interleave=args.interleave, zero=args.zero, recompute=args.recompute)
 
 
 def _gb(x: float) -> str:

@@ -14,8 +14,8 @@ from rich.table import Table
 
 from trnsim import hw
 from trnsim.cli._output import console, print_json, print_table
-from trnsim.cluster import FINETUNE, OPTIMIZERS, PRECISIONS, RECOMPUTE, TrainingConfig, models
-from trnsim.cluster.ops import ATTENTION_KINDS
+from trnsim.cli.cluster import add_cluster_options, add_job_options, job_config
+from trnsim.cluster import RECOMPUTE, TrainingConfig, models
 from trnsim.cluster.planner import SEARCHED, SearchResult, Space, search
 from trnsim.errors import ConfigError
 
@@ -51,9 +51,7 @@ def register(subparsers: SubParsers) -> None:
         description="Search TP, PP, DP, CP, EP, SP, ZeRO, interleaving, recompute and micro-batch for the highest "
                     "training throughput that fits in memory; print the best plans and why the rest were rejected.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", required=True, help="zoo model name or a .toml/.json model file")
-    p.add_argument("--target", help="hardware preset or .toml file (default: TRNSIM_TARGET)")
-    p.add_argument("--chips", type=int, required=True, help="number of chips")
+    add_cluster_options(p)
     fixed = p.add_argument_group("fix a searched option")
     for name, (kind, text) in FIXABLE.items():
         fixed.add_argument(f"--{name.replace('_', '-')}", type=kind, help=text)
@@ -62,14 +60,7 @@ def register(subparsers: SubParsers) -> None:
     fixed.add_argument("--recompute", choices=list(RECOMPUTE), help="activation recomputation")
     job = p.add_argument_group("the training job (the same for every plan)")
     job.add_argument("--global-batch", type=int, help="sequences per step (default: about 4M tokens)")
-    job.add_argument("--seq-len", type=int, help="tokens per sequence (default: the model's)")
-    job.add_argument("--precision", default="bf16", choices=list(PRECISIONS), help="matmul precision")
-    job.add_argument("--optimizer", default="adamw", choices=list(OPTIMIZERS))
-    job.add_argument("--overlap-grad-reduce", action=argparse.BooleanOptionalAction, default=True,
-                     help="overlap the gradient reduction with backward (default on)")
-    job.add_argument("--finetune", default="full", choices=list(FINETUNE), help="full training, LoRA or QLoRA")
-    job.add_argument("--lora-rank", type=int, default=16, help="LoRA rank r")
-    job.add_argument("--attention", default="flash", choices=list(ATTENTION_KINDS), help="attention kernel")
+    add_job_options(job)
     p.add_argument("--top", type=int, default=10, metavar="N", help="plans to show, one per layout (default 10)")
     p.add_argument("--workers", type=int, help="processes (default: one per core for large searches; 1 = none)")
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
@@ -81,9 +72,7 @@ def _space(args: argparse.Namespace) -> Space:
 
 
 def _config(args: argparse.Namespace) -> TrainingConfig:
-    return TrainingConfig(global_batch=args.global_batch, seq_len=args.seq_len, precision=args.precision,
-                          optimizer=args.optimizer, overlap_grad_reduce=args.overlap_grad_reduce,
-                          finetune=args.finetune, lora_rank=args.lora_rank, attention=args.attention)
+    return job_config(args)
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
@@ -140,5 +129,6 @@ def _print(res: SearchResult, model: models.ModelSpec, spec: hw.ChipSpec, args: 
     flags += [f"--{k.replace('_', '-')} {v}" for k in ("seq_len", "precision", "optimizer", "finetune", "lora_rank",
                                                        "attention") if (v := getattr(args, k)) != DEFAULTS.get(k)]
     flags += [] if args.overlap_grad_reduce else ["--no-overlap-grad-reduce"]
+    flags += [] if args.fp32_grads is None else ["--fp32-grads" if args.fp32_grads else "--no-fp32-grads"]
     out.print(f"details: trnsim estimate --model {args.model} --target {spec.name} --chips {res.chips} "
               + " ".join(flags), soft_wrap=True)
