@@ -26,6 +26,7 @@ COMMANDS: dict[str, str] = {
     "fabric": "trnsim.cli.fabric",
     "plan": "trnsim.cli.plan",
     "profile": "trnsim.cli.profile",
+    "cache": "trnsim.cli.cache",
 }
 
 EPILOG = """examples:

@@ -494,7 +494,7 @@ class CompileCache:
         if self._store.local and self.disabled is None:
             return self._build_locked(key, build, meta or {})
         data = self._build(build)
-        self._publish(key, data[0], data[1] | dict(meta or {}), overwrite=False)
+        self._publish(key, data[0], dict(meta or {}) | data[1], overwrite=False)
         self.stats.misses += 1
         return data[0], False
 
@@ -518,7 +518,7 @@ class CompileCache:
                         self.stats.hits += 1
                         return data, True
                     data, extra = self._build(build)
-                    self._publish(key, data, extra | dict(meta), overwrite=True)
+                    self._publish(key, data, dict(meta) | extra, overwrite=True)
                     self.stats.misses += 1
                     return data, False
                 finally:
@@ -538,7 +538,7 @@ class CompileCache:
                 self._warn(f"waited {self.max_wait:.0f} s for another process to build {key[:16]}… in "
                            f"{self.url}; building it here too")
                 data, extra = self._build(build)
-                self._publish(key, data, extra | dict(meta), overwrite=True)
+                self._publish(key, data, dict(meta) | extra, overwrite=True)
                 self.stats.misses += 1
                 return data, False
             time.sleep(self.poll)
