@@ -1,0 +1,316 @@
+"""MLIR (StableHLO) → trnsim graph IR.
+
+``func.call`` is inlined at every call site, multi-result ops and ``%x#i`` references map to node outputs,
+regions become nested graphs, attributes become plain Python values through one table of converters, and
+sharding annotations (``sdy.sharding``, ``mhlo.sharding``) are read and kept on the graph for the
+partitioner. The conformance runner can lift a function (``@inputs``) to graph parameters and collect the
+``check.*`` custom_calls instead of importing them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from trnsim.errors import CompileError, UnsupportedError
+from trnsim.ir.graph import Graph, Node, Value
+from trnsim.ir.types import DTYPES, TensorType
+from trnsim.frontend.constants import decode_dense
+
+
+@dataclass
+class Check:
+    """A ``check.expect_*`` custom_call of a conformance file: compare ``actual`` with ``expected``."""
+
+    kind: str
+    actual: Value
+    expected: Value
+    where: str
+
+
+@dataclass
+class Imported:
+    graph: Graph
+    checks: list[Check] = field(default_factory=list[Check])
+    lifted: Graph | None = None           # the lifted function, evaluated to give the arguments
+    shardings: dict[str, str] = field(default_factory=dict[str, str])
+    attributes: dict[str, str] = field(default_factory=dict[str, str])
+
+
+_LOC = re.compile(r'"([^"]*)":(\d+):(\d+)')
+
+
+class _Importer:
+    def __init__(self, module: Any, where: str, lift: str | None, collect_checks: bool) -> None:
+        self.where = where
+        self.lift = lift
+        self.collect_checks = collect_checks
+        self.checks: list[Check] = []
+        self.lifted: Graph | None = None
+        self.lifted_values: list[Value] = []
+        self.shardings: dict[str, str] = {}
+        self.funcs: dict[str, Any] = {}
+        self.depth = 0
+        for op in module.body.operations:
+            o = op.operation
+            if o.name == "func.func":
+                self.funcs[_str_attr(o.attributes["sym_name"])] = o
+
+    # -- locations and types --------------------------------------------------------------------------
+    def loc(self, op: Any) -> str:
+        text = str(op.location)
+        m = _LOC.search(text)
+        name = re.match(r'loc\("([^"]+)"\(', text)
+        if m is None:
+            return f"{self.where} ({op.name})"
+        file = m.group(1)
+        place = f"{self.where if file in ('-', '') else file}:{m.group(2)}:{m.group(3)}"
+        return f"{place} ({op.name}{', ' + name.group(1) if name else ''})"
+
+    def tensor_type(self, t: Any, where: str) -> TensorType:
+        from jaxlib.mlir import ir
+
+        if not isinstance(t, ir.RankedTensorType):
+            raise UnsupportedError(f"values of type {t} are not supported", where=where,
+                                   hint="trnsim compiles programs over ranked tensors (no tuples or tokens)")
+        rt = ir.RankedTensorType(t)
+        if not rt.has_static_shape:
+            raise UnsupportedError(f"dynamic shape {t}", where=where,
+                                   hint="export with static shapes (no shape polymorphism)")
+        name = str(rt.element_type)
+        dt = DTYPES.get(name)
+        if dt is None:
+            raise UnsupportedError(f"element type {name} is not supported", where=where,
+                                   hint=f"supported element types: {', '.join(n for n, d in DTYPES.items() if d.support != 'unsupported')}")
+        if dt.support == "unsupported":
+            raise UnsupportedError(f"element type {name} is not supported", where=where, hint=dt.why)
+        return TensorType(tuple(rt.shape), name)
+
+    # -- functions -------------------------------------------------------------------------------------
+    def function(self, name: str, where: str) -> Any:
+        f = self.funcs.get(name)
+        if f is None:
+            raise CompileError(f"function @{name} is not defined in the module", where=where,
+                               hint=f"functions here: {', '.join('@' + n for n in self.funcs) or 'none'}")
+        return f
+
+    def import_entry(self, name: str) -> Graph:
+        f = self.function(name, self.where)
+        block = f.regions[0].blocks[0]
+        where = self.loc(f)
+        params = [Value(self.tensor_type(a.type, where)) for a in block.arguments]
+        vmap: dict[Any, Value] = dict(zip(block.arguments, params, strict=True))
+        self._read_arg_shardings(f)
+        nodes: list[Node] = []
+        results = self.block(block, vmap, nodes)
+        return Graph(params, nodes, results, name=name)
+
+    def _read_arg_shardings(self, f: Any) -> None:
+        attrs = f.attributes
+        if "arg_attrs" not in attrs:
+            return
+        for i, a in enumerate(attrs["arg_attrs"]):
+            text = str(a)
+            m = re.search(r'(sdy\.sharding = #sdy\.sharding<[^>]*>|mhlo\.sharding = "[^"]*")', text)
+            if m:
+                self.shardings[f"arg{i}"] = m.group(1)
+
+    def block(self, block: Any, vmap: dict[Any, Value], nodes: list[Node]) -> list[Value]:
+        for op in block.operations:
+            o = op.operation
+            name = o.name
+            if name in ("func.return", "stablehlo.return", "sdy.return"):
+                return [vmap[v] for v in o.operands]
+            if name == "func.call":
+                outs = self.inline(o, vmap, nodes)
+            elif name == "stablehlo.custom_call" and self.collect_checks and \
+                    _str_attr(o.attributes["call_target_name"]).startswith("check."):
+                self.check(o, vmap)
+                continue
+            else:
+                outs = self.node(o, vmap, nodes)
+            for r, v in zip(o.results, outs, strict=True):
+                vmap[r] = v
+        raise CompileError("a block has no terminator", where=self.where)
+
+    def inline(self, o: Any, vmap: dict[Any, Value], nodes: list[Node]) -> list[Value]:
+        callee_name = str(o.attributes["callee"]).lstrip("@")
+        where = self.loc(o)
+        if callee_name == self.lift:
+            return self.lift_call(callee_name, o, where)
+        callee = self.function(callee_name, where)
+        self.depth += 1
+        if self.depth > 200:
+            raise UnsupportedError(f"recursive call of @{callee_name}", where=where,
+                                   hint="StableHLO programs from JAX never recurse; unroll the recursion")
+        block = callee.regions[0].blocks[0]
+        inner: dict[Any, Value] = dict(zip(block.arguments, (vmap[v] for v in o.operands), strict=True))
+        outs = self.block(block, inner, nodes)
+        self.depth -= 1
+        return outs
+
+    def lift_call(self, name: str, o: Any, where: str) -> list[Value]:
+        """The call's results become parameters of the entry graph; the callee is kept to compute them."""
+        self.lifted = self.import_entry(name)
+        values = [Value(self.tensor_type(r.type, where)) for r in o.results]
+        self.lifted_values.extend(values)
+        return values
+
+    def check(self, o: Any, vmap: dict[Any, Value]) -> None:
+        kind = _str_attr(o.attributes["call_target_name"]).removeprefix("check.")
+        actual, expected = (vmap[v] for v in o.operands)
+        self.checks.append(Check(kind, actual, expected, self.loc(o)))
+
+    # -- ops -------------------------------------------------------------------------------------------
+    def node(self, o: Any, vmap: dict[Any, Value], nodes: list[Node]) -> list[Value]:
+        where = self.loc(o)
+        dialect, _, op = o.name.partition(".")
+        if dialect not in ("stablehlo", "mhlo"):
+            if o.name == "sdy.sharding_constraint":
+                op = "custom_call"
+            else:
+                raise UnsupportedError(f"op `{o.name}` is not supported", where=where,
+                                       hint="trnsim compiles the stablehlo dialect (chlo is legalised first)")
+        inputs = [vmap[v] for v in o.operands]
+        out_types = [self.tensor_type(r.type, where) for r in o.results]
+        attrs = {}
+        for named in o.attributes:
+            key = named if isinstance(named, str) else named.name
+            attrs[key] = convert_attribute(key, o.attributes[key], where)
+        if o.name == "sdy.sharding_constraint":
+            attrs = {"call_target_name": "Sharding", "sharding": attrs.get("sharding", "")}
+        regions: list[Graph] = []
+        for region in o.regions:
+            block = region.blocks[0]
+            params = [Value(self.tensor_type(a.type, where)) for a in block.arguments]
+            inner = dict(vmap)
+            inner.update(zip(block.arguments, params, strict=True))
+            body: list[Node] = []
+            results = self.block(block, inner, body)
+            regions.append(Graph(params, body, results, name=f"{op}.region"))
+        node = Node.make(op, inputs, out_types, attrs, regions, where)
+        nodes.append(node)
+        return node.outputs
+
+
+def _str_attr(a: Any) -> str:
+    return str(a.value) if hasattr(a, "value") else str(a).strip('"')
+
+
+# ---- attributes: one converter per attribute name, then by attribute class ------------------------------
+
+def _dims(names: tuple[str, ...], rename: dict[str, str] | None = None) -> Callable[[Any], dict[str, Any]]:
+    def convert(wrapped: Any) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for n in names:
+            value = getattr(wrapped, (rename or {}).get(n, n))
+            out[n] = value if isinstance(value, int) else tuple(int(x) for x in value)
+        return out
+
+    return convert
+
+
+def _wrapped(cls_name: str, convert: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    def fn(a: Any) -> Any:
+        from jaxlib.mlir.dialects import stablehlo
+
+        return convert(getattr(stablehlo, cls_name)(a))
+
+    return fn
+
+
+def _enum(cls_name: str) -> Callable[[Any], str]:
+    def fn(a: Any) -> str:
+        from jaxlib.mlir.dialects import stablehlo
+
+        try:
+            return str(getattr(stablehlo, cls_name)(a).value)
+        except Exception:   # an enum spelled in another form: keep the last word of its text
+            return str(a).rstrip(">").split()[-1]
+
+    return fn
+
+
+_DOT = ("lhs_batching_dimensions", "rhs_batching_dimensions", "lhs_contracting_dimensions",
+        "rhs_contracting_dimensions")
+_GATHER = ("offset_dims", "collapsed_slice_dims", "operand_batching_dims", "start_indices_batching_dims",
+           "start_index_map", "index_vector_dim")
+_SCATTER = ("update_window_dims", "inserted_window_dims", "input_batching_dims", "scatter_indices_batching_dims",
+            "scatter_dims_to_operand_dims", "index_vector_dim")
+_CONV = ("input_batch_dimension", "input_feature_dimension", "input_spatial_dimensions",
+         "kernel_input_feature_dimension", "kernel_output_feature_dimension", "kernel_spatial_dimensions",
+         "output_batch_dimension", "output_feature_dimension", "output_spatial_dimensions")
+
+_BY_NAME: dict[str, Callable[[Any], Any]] = {
+    "dot_dimension_numbers": _wrapped("DotDimensionNumbers", _dims(_DOT)),
+    "scatter_dimension_numbers": _wrapped(
+        "ScatterDimensionNumbers",
+        _dims(_SCATTER, {"scatter_dims_to_operand_dims": "scattered_dims_to_operand_dims"})),
+    "comparison_direction": _enum("ComparisonDirectionAttr"),
+    "compare_type": _enum("ComparisonTypeAttr"),
+    "transpose_a": _enum("TransposeAttr"),
+    "fft_type": _enum("FftTypeAttr"),
+    "rng_algorithm": _enum("RngAlgorithmAttr"),
+    "precision_config": lambda a: tuple(str(x).rstrip(">").split()[-1] for x in a),
+}
+
+
+def convert_attribute(name: str, a: Any, where: str) -> Any:
+    """A plain Python value for an MLIR attribute: ints, bools, strings, tuples, numpy arrays, dicts."""
+    from jaxlib.mlir import ir
+    from jaxlib.mlir.dialects import stablehlo
+
+    if name in _BY_NAME:
+        return _BY_NAME[name](a)
+    if name == "dimension_numbers":     # gather and convolution share the attribute name
+        if stablehlo.GatherDimensionNumbers.isinstance(a):
+            return _dims(_GATHER)(stablehlo.GatherDimensionNumbers(a))
+        if stablehlo.ConvDimensionNumbers.isinstance(a):
+            return _dims(_CONV)(stablehlo.ConvDimensionNumbers(a))
+    if isinstance(a, ir.BoolAttr):
+        return bool(a.value)
+    if isinstance(a, ir.IntegerAttr):
+        return int(a.value)
+    if isinstance(a, ir.FloatAttr):
+        return float(a.value)
+    if isinstance(a, ir.StringAttr):
+        return str(a.value)
+    if isinstance(a, ir.DenseI64ArrayAttr | ir.DenseI32ArrayAttr):
+        return tuple(int(x) for x in a)
+    if isinstance(a, ir.DenseBoolArrayAttr):
+        return tuple(bool(x) for x in a)
+    if isinstance(a, ir.DenseIntElementsAttr | ir.DenseFPElementsAttr | ir.DenseElementsAttr):
+        return decode_dense(a, where)
+    if isinstance(a, ir.ArrayAttr):
+        return tuple(str(x) for x in a)
+    if isinstance(a, ir.FlatSymbolRefAttr):
+        return str(a.value)
+    if isinstance(a, ir.TypeAttr):
+        return str(a.value)
+    if name == "value":
+        raise UnsupportedError(f"constant {str(a)[:80]} is not supported", where=where,
+                               hint="complex and opaque (dense_resource without data) constants are not "
+                                    "supported")
+    return str(a)
+
+
+def import_module(module: Any, *, where: str, entry: str = "main", lift: str | None = None,
+                  collect_checks: bool = False) -> Imported:
+    """The entry function of ``module`` as a graph (calls inlined), with checks and the lifted function."""
+    imp = _Importer(module, where, lift, collect_checks)
+    if entry not in imp.funcs:
+        public = [n for n, f in imp.funcs.items() if "sym_visibility" not in f.attributes]
+        if len(public) == 1:
+            entry = public[0]
+    graph = imp.import_entry(entry)
+    graph.params.extend(imp.lifted_values)
+    attrs = {}
+    for named in module.operation.attributes:
+        key = named if isinstance(named, str) else named.name
+        attrs[key] = str(module.operation.attributes[key])
+    return Imported(graph, imp.checks, imp.lifted, imp.shardings, attrs)
+
+
+__all__ = ["Check", "Imported", "convert_attribute", "import_module"]

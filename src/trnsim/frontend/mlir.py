@@ -1,0 +1,111 @@
+"""Reading StableHLO with jaxlib's MLIR bindings (reference/frontend_numerics.md Part A3).
+
+Accepts text (pretty or generic form), portable bytecode (what ``jax.export`` serialises, magic ``ML\\xefR``),
+a ``jax.stages.Lowered``, a ``jax.export.Exported`` or an MLIR module object; legalises ``chlo`` to
+StableHLO with the pass jaxlib ships (nested under ``func.func``, as A1.3 notes).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from trnsim.errors import CompileError
+
+BYTECODE_MAGIC = b"ML\xefR"
+
+_context: Any = None
+
+
+def context() -> Any:
+    """The one MLIR context trnsim parses in (stablehlo, chlo, sdy, func registered)."""
+    global _context
+    if _context is None:
+        from jax._src.interpreters import mlir as jax_mlir
+        from jaxlib.mlir.dialects import stablehlo
+
+        _context = jax_mlir.make_ir_context()
+        stablehlo.register_stablehlo_passes()
+    return _context
+
+
+def describe(source: object) -> str:
+    """A short name for error messages: the file name, or what kind of object was given."""
+    if isinstance(source, Path):
+        return str(source)
+    if isinstance(source, str) and "\n" not in source and source.endswith((".mlir", ".mlirbc", ".bc")):
+        return source
+    return {"str": "<module text>", "bytes": "<bytecode>"}.get(type(source).__name__, f"<{type(source).__name__}>")
+
+
+def parse(source: object) -> tuple[Any, str]:
+    """An MLIR module (in trnsim's context) from any accepted form, and its text for hashing and errors."""
+    from jaxlib.mlir import ir
+
+    where = describe(source)
+    ctx = context()
+    if isinstance(source, Path) or (isinstance(source, str) and "\n" not in source and
+                                    source.endswith((".mlir", ".mlirbc", ".bc"))):
+        path = Path(source)
+        try:
+            data = path.read_bytes()
+        except OSError as exc:
+            raise CompileError(f"cannot read the module: {exc.strerror}", where=str(path),
+                               hint="check the path") from exc
+        source = data if data.startswith(BYTECODE_MAGIC) else data.decode("utf-8", errors="replace")
+    if hasattr(source, "compiler_ir") and callable(source.compiler_ir):   # jax.stages.Lowered
+        source = source.as_text()
+    elif hasattr(source, "mlir_module_serialized"):                      # jax.export.Exported
+        source = bytes(source.mlir_module_serialized)
+    elif hasattr(source, "operation") and hasattr(source, "body"):        # an ir.Module
+        source = source.operation.get_asm(enable_debug_info=True)
+    with ctx:
+        if isinstance(source, bytes | bytearray):
+            if not bytes(source).startswith(BYTECODE_MAGIC):
+                raise CompileError("these bytes are not StableHLO portable bytecode (no 'ML\\xefR' magic)",
+                                   where=where, hint="pass MLIR text, bytecode from jax.export, or a Lowered")
+            from jaxlib.mlir.dialects import stablehlo
+
+            try:
+                module = stablehlo.deserialize_portable_artifact(ctx, bytes(source))
+            except Exception as exc:
+                raise CompileError(f"cannot deserialise the bytecode: {exc}", where=where,
+                                   hint="the bytecode may be truncated or from a newer StableHLO") from exc
+        elif isinstance(source, str):
+            try:
+                module = ir.Module.parse(source)
+            except Exception as exc:       # MLIR raises its own error types with the diagnostics
+                raise CompileError(f"not a valid StableHLO module: {_first_diagnostic(exc)}", where=where,
+                                   hint="the text must parse with jaxlib's MLIR (stablehlo, chlo, func, sdy)"
+                                   ) from exc
+        else:
+            raise CompileError(f"cannot compile a {type(source).__name__}", where=where,
+                               hint="pass StableHLO text, a path, bytecode, jax.jit(f).lower(...), a "
+                                    "jax.export.Exported or an MLIR module")
+        _legalize_chlo(module, where)
+        text = module.operation.get_asm(enable_debug_info=False)
+    return module, text
+
+
+def _first_diagnostic(exc: Exception) -> str:
+    text = str(exc).strip()
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    for ln in lines:
+        if "error:" in ln:
+            return re.sub(r"^.*error:\s*", "", ln)
+    return lines[0] if lines else type(exc).__name__
+
+
+def _legalize_chlo(module: Any, where: str) -> None:
+    from jaxlib.mlir import passmanager
+
+    text = module.operation.get_asm()
+    if "chlo." not in text:
+        return
+    pm = passmanager.PassManager.parse("builtin.module(func.func(chlo-legalize-to-stablehlo))")
+    try:
+        pm.run(module.operation)
+    except Exception as exc:
+        raise CompileError(f"cannot legalise the chlo ops to StableHLO: {_first_diagnostic(exc)}", where=where,
+                           hint="this chlo op has no StableHLO decomposition in jaxlib") from exc

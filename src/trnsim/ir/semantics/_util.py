@@ -1,0 +1,69 @@
+"""Helpers shared by the evaluation rules: the compute type of floats and rounding on write."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from trnsim.ir.graph import Node, Value
+from trnsim.ir.types import DTYPES
+
+
+NARROW_FLOATS = frozenset(d.np_dtype for d in DTYPES.values() if d.is_float and d.bits < 32)
+NARROW_INTS = {np.dtype(d.np_dtype): np.dtype(np.int8 if d.kind == "signed" else np.uint8)
+               for d in DTYPES.values() if d.is_int and d.bits < 8}
+
+
+def compute(x: np.ndarray) -> np.ndarray:
+    """Floats narrower than 32 bits are computed in fp32, as the Vector and Scalar engines do; 4-bit
+    integers in 8 bits."""
+    if x.dtype in NARROW_FLOATS:
+        return x.astype(np.float32)
+    if x.dtype in NARROW_INTS:
+        return x.astype(NARROW_INTS[x.dtype])
+    return x
+
+
+def is_float(dt: np.dtype) -> bool:
+    return dt.kind == "f" or dt in NARROW_FLOATS
+
+
+def precise(x: np.ndarray) -> np.ndarray:
+    """Transcendentals are evaluated in f64 and rounded once to the result type: correctly rounded in
+    practice, so the result is the nearest representable value to the true function (within 1 ulp)."""
+    return x.astype(np.float64)
+
+
+def to(value: Value, a: np.ndarray) -> np.ndarray:
+    """Round ``a`` to the element type of ``value`` (RNE for floats); the one rounding step of an op."""
+    dt = value.type.np_dtype
+    a = np.asarray(a)
+    if a.dtype == dt:
+        return a
+    if a.dtype == np.float64 and DTYPES[value.type.dtype].is_float and dt.itemsize < 4:
+        # NOTE: f64 → bf16/f16/f8 via ml_dtypes rounds twice (through f32); reference/frontend_numerics.md §0.5.
+        # Round to f32 with an odd sticky bit first, which makes the second rounding exact.
+        return round_odd_f32(a).astype(dt)
+    return a.astype(dt)
+
+
+def round_odd_f32(a: np.ndarray) -> np.ndarray:
+    """f64 → f32 rounding to odd: truncate, then set the last bit if anything was lost."""
+    f = a.astype(np.float32)
+    back = f.astype(np.float64)
+    inexact = (back != a) & np.isfinite(a)
+    if not inexact.any():
+        return f
+    bits = f.view(np.uint32).copy()
+    # truncate toward zero where RNE went away from zero
+    away = inexact & (np.abs(back) > np.abs(a))
+    bits[away] -= 1
+    bits[inexact] |= 1
+    return bits.view(np.float32)
+
+
+def shape_of(node: Node) -> tuple[int, ...]:
+    return node.outputs[0].type.shape
+
+
+def int_bits(dt: np.dtype) -> int:
+    return dt.itemsize * 8
