@@ -1,0 +1,128 @@
+"""``trnsim.compile``: a StableHLO module in, a ``CompiledProgram`` out."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from trnsim.compiler.options import CompileOptions
+from trnsim.compiler.pipeline import PassRecord, run_pipeline
+from trnsim.errors import CompileError, SimError
+from trnsim.ir.graph import Graph
+from trnsim.ir.interp import Interpreter
+from trnsim.ir.types import TensorType, dtype_of_numpy
+
+COMPILER_VERSION = "1"
+
+
+@dataclass
+class CompiledProgram:
+    """A compiled program: the optimised graph, its lowering (kernels, engines, costs), schedule and memory
+    plan. ``run`` executes it on a simulated NeuronCore and returns the outputs; ``last_profile`` holds the
+    timed profile of the last run."""
+
+    graph: Graph
+    target: str
+    options: CompileOptions
+    source_hash: str
+    passes: list[PassRecord] = field(default_factory=list[PassRecord])
+    shardings: dict[str, str] = field(default_factory=dict[str, str])
+    plan: Any = None
+    last_profile: Any = None
+
+    @property
+    def input_types(self) -> list[TensorType]:
+        return [p.type for p in self.graph.params]
+
+    @property
+    def output_types(self) -> list[TensorType]:
+        return [v.type for v in self.graph.results]
+
+    def check_inputs(self, args: Sequence[object]) -> list[np.ndarray]:
+        types = self.input_types
+        if len(args) != len(types):
+            raise SimError(f"the program takes {len(types)} inputs, got {len(args)}", where="CompiledProgram.run",
+                           hint="pass one array per parameter: " + ", ".join(str(t) for t in types))
+        out: list[np.ndarray] = []
+        for i, (a, t) in enumerate(zip(args, types, strict=True)):
+            arr = np.asarray(a)
+            if tuple(arr.shape) != t.shape:
+                raise SimError(f"input {i} has shape {tuple(arr.shape)}, the program expects {t}",
+                               where="CompiledProgram.run", hint="recompile for the new shape (trnsim.jit does)")
+            try:
+                got = dtype_of_numpy(arr.dtype).name
+            except KeyError:
+                got = str(arr.dtype)
+            if got != t.dtype:
+                raise SimError(f"input {i} has element type {got}, the program expects {t}",
+                               where="CompiledProgram.run", hint=f"convert it with .astype({t.np_dtype.name})")
+            out.append(arr)
+        return out
+
+    def run(self, *args: object, timing: bool = True) -> list[np.ndarray]:
+        arrays = self.check_inputs(args)
+        interp = Interpreter()
+        outputs = interp.run(self.graph, arrays)
+        if timing and self.plan is not None:
+            from trnsim.compiler.profile import profile_run
+
+            self.last_profile = profile_run(self, interp)
+        return outputs
+
+    def __call__(self, *args: object) -> list[np.ndarray]:
+        return self.run(*args)
+
+
+def compile_graph(graph: Graph, *, target: str = "trn3", options: CompileOptions | None = None,
+                  source_hash: str = "", shardings: dict[str, str] | None = None) -> CompiledProgram:
+    from trnsim.hw import registry
+
+    spec = registry.get(target)
+    options = options or CompileOptions()
+    graph, records, plan = run_pipeline(graph, spec, options)
+    return CompiledProgram(graph, target, options, source_hash, records, dict(shardings or {}), plan)
+
+
+def compile(module: object, target: str = "trn3", **options: Any) -> CompiledProgram:  # noqa: A001
+    """Compile a StableHLO module for ``target``: text, a path, portable bytecode, ``jax.jit(f).lower(...)``,
+    a ``jax.export.Exported`` or an MLIR module. Options: see ``CompileOptions``."""
+    from trnsim.frontend.importer import import_module
+    from trnsim.frontend.mlir import describe, parse
+
+    opts = CompileOptions.from_kwargs(options)
+    mod, text = parse(module)
+    imported = import_module(mod, where=describe(module))
+    digest = hashlib.sha256(text.encode()).hexdigest()
+    return compile_graph(imported.graph, target=target, options=opts, source_hash=digest,
+                         shardings=imported.shardings)
+
+
+def compile_for_conformance(text: str, *, where: str, target: str,
+                            compare: Callable[[str, np.ndarray, np.ndarray], str | None]) -> list[str]:
+    """Compile a conformance file with ``@inputs`` lifted to arguments, run it, apply its checks; the failed
+    checks' messages (empty: all passed)."""
+    from trnsim.frontend.importer import import_module
+    from trnsim.frontend.mlir import parse
+
+    mod, _ = parse(text)
+    imported = import_module(mod, where=where, lift="inputs", collect_checks=True)
+    if not imported.checks:
+        raise CompileError("the file has no check.expect_* custom_call", where=where,
+                           hint="conformance files compare a result with expected values")
+    graph = imported.graph
+    graph.results = [x for c in imported.checks for x in (c.actual, c.expected)]
+    args: list[np.ndarray] = []
+    if imported.lifted is not None:
+        args = Interpreter().run(imported.lifted, [])
+    program = compile_graph(graph, target=target)
+    outputs = program.run(*args)
+    failures: list[str] = []
+    for i, check in enumerate(imported.checks):
+        message = compare(check.kind, outputs[2 * i], outputs[2 * i + 1])
+        if message:
+            failures.append(f"{check.where}: {message}")
+    return failures

@@ -1,0 +1,72 @@
+"""canonicalize: fold constants, drop no-op reshapes/converts/transposes/broadcasts, remove dead code.
+
+Folding evaluates a node whose inputs are all constants with the reference semantics, when its result has
+at most ``fold_limit`` elements, so compile time stays bounded and folded values are bit-identical to what
+the device would compute.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from trnsim.compiler.pipeline import PassContext
+from trnsim.compiler.rewrite import dead_code, substitute
+from trnsim.ir.graph import Graph, Node, Value
+from trnsim.ir.interp import Interpreter
+
+_NO_FOLD = frozenset({"rng_bit_generator", "custom_call", "while", "case", "if", "optimization_barrier",
+                      "replica_id", "partition_id"})
+
+
+def _is_noop(node: Node) -> bool:
+    if len(node.inputs) != 1 or len(node.outputs) != 1 or node.inputs[0].type != node.out.type:
+        return False
+    a = node.attrs
+    if node.op in ("reshape", "convert", "bitcast_convert"):
+        return True
+    if node.op == "transpose":
+        return list(a["permutation"]) == sorted(a["permutation"])
+    if node.op == "broadcast_in_dim":
+        return list(a["broadcast_dimensions"]) == list(range(node.out.type.rank))
+    return False
+
+
+def canonicalize(graph: Graph, ctx: PassContext) -> Graph:
+    limit = ctx.options.fold_limit
+    constants: dict[int, np.ndarray] = {}
+    mapping: dict[int, Value] = {}
+    interp = Interpreter()
+    nodes: list[Node] = []
+    folded = noops = 0
+    for node in graph.nodes:
+        node.inputs = [mapping.get(v.id, v) for v in node.inputs]
+        if _is_noop(node):
+            mapping[node.out.id] = node.inputs[0]
+            noops += 1
+            continue
+        if node.op == "constant":
+            constants[node.out.id] = node.attrs["value"]
+        elif (node.op not in _NO_FOLD and node.inputs and all(v.id in constants for v in node.inputs)
+              and not node.regions and all(v.type.size <= limit for v in node.outputs)):
+            values = interp.run_node(node, [constants[v.id] for v in node.inputs], _empty_env())
+            replacements = []
+            for v, a in zip(node.outputs, values, strict=True):
+                const = Node.make("constant", [], [v.type], {"value": np.array(a, order="C")}, loc=node.loc)
+                constants[const.out.id] = const.attrs["value"]
+                mapping[v.id] = const.out
+                replacements.append(const)
+            nodes.extend(replacements)
+            folded += 1
+            continue
+        nodes.append(node)
+    graph.nodes = nodes
+    substitute(graph, mapping)
+    removed = dead_code(graph)
+    ctx.stats.update(folded=folded, noops=noops, dead=removed)
+    return graph
+
+
+def _empty_env():  # type: ignore[no-untyped-def]
+    from trnsim.ir.interp import Env
+
+    return Env()
