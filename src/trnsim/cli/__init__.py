@@ -26,6 +26,9 @@ COMMANDS: dict[str, str] = {
     "fabric": "trnsim.cli.fabric",
     "plan": "trnsim.cli.plan",
     "profile": "trnsim.cli.profile",
+    "tco": "trnsim.cli.tco",
+    "claims": "trnsim.cli.tco",
+    "report": "trnsim.cli.report",
     "cache": "trnsim.cli.cache",
 }
 
@@ -36,6 +39,9 @@ EPILOG = """examples:
   trnsim fabric --target trn3 --chips 64 --op all-reduce
   trnsim estimate --model llama3-70b --target trn3 --chips 1024
   trnsim plan --model llama3-8b --target trn3 --chips 64
+  trnsim tco --model llama3-70b --tokens 15T --deadline 60d
+  trnsim claims
+  trnsim report --model llama3-70b --tokens 15T -o report.html
   trnsim profile --example matmul --m 1024 --k 1024 --n 1024
   trnsim demo
 

@@ -248,7 +248,7 @@ class Catalogue:
             return f"no {target} instance in the catalogue: pass --price {target}=USD_PER_CHIP_HOUR"
         where = f" in {region}" if region else ""
         return (f"no {option} price for {inst.name}{where}" + (f" ({inst.note})" if inst.note else "")
-                + f": pass --price {target}:{option}=USD_PER_CHIP_HOUR")
+                + f"; give one with --price {target}:{option}=USD_PER_CHIP_HOUR")
 
     def with_overrides(self, overrides: Mapping[tuple[str, str], float]) -> Catalogue:
         return replace(self, overrides={**self.overrides, **overrides})

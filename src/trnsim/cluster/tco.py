@@ -26,7 +26,7 @@ chosen purchase option, so a longer deadline never needs more chips.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from trnsim.cluster.config import ClusterConfigError, TrainingConfig
 from trnsim.cluster.energy import JOULES_PER_KWH, EnergyModel, Power, power
@@ -42,6 +42,9 @@ from trnsim.hw.spec import ChipSpec
 # EC2 Capacity Blocks: "up to 256 instances across Capacity Blocks", "up to 182 days total" (cost.md §3.2 [CB-DOC])
 CAPACITY_BLOCK_INSTANCES = 256
 CAPACITY_BLOCK_DAYS = 182
+# Memory savers tried in order when a setup does not fit (each step keeps the previous): the estimator's
+# default plan first, then recompute everything (Korthikanti 2022), then shard all model states (ZeRO-3).
+FIT_LADDER: tuple[dict[str, object], ...] = ({}, {"recompute": "full"}, {"recompute": "full", "zero": 3})
 MAX_CHIPS = 131072  # the deadline search stops here (an order above the largest published clusters, cost.md §2)
 
 
@@ -171,10 +174,37 @@ def evaluate_estimate(model: ModelSpec, spec: ChipSpec, est: Estimate, tokens: f
                   power(est, spec, a.energy, tdp=a.tdp.get(spec.name)), costs)
 
 
+def fitting_estimate(model: ModelSpec, spec: ChipSpec, chips: int, config: TrainingConfig | None = None, *,
+                     ladder: bool = True) -> Estimate:
+    """``estimate`` of ``config``; if it does not fit and ``ladder``, the first step of :data:`FIT_LADDER` that
+    does (else the last tried)."""
+    cfg = config or TrainingConfig()
+    est = estimate(model, spec, chips, cfg)
+    for step in FIT_LADDER[1:] if ladder else ():
+        if est.fits:
+            break
+        est = estimate(model, spec, chips, replace(cfg, **step))  # pyright: ignore[reportArgumentType]
+    return est
+
+
 def evaluate(model: ModelSpec, spec: ChipSpec, chips: int, tokens: float, config: TrainingConfig | None = None,
-             a: Assumptions | None = None) -> TcoRow:
-    """The TCO of training ``model`` on ``tokens`` tokens on ``chips`` chips (default plan: ``estimate``)."""
-    return evaluate_estimate(model, spec, estimate(model, spec, chips, config), tokens, a)
+             a: Assumptions | None = None, *, ladder: bool = True) -> TcoRow:
+    """The TCO of training ``model`` on ``tokens`` tokens on ``chips`` chips (:func:`fitting_estimate`)."""
+    return evaluate_estimate(model, spec, fitting_estimate(model, spec, chips, config, ladder=ladder), tokens, a)
+
+
+def sweep(model: ModelSpec, spec: ChipSpec, tokens: float, chip_counts: list[int],
+          config: TrainingConfig | None = None, a: Assumptions | None = None) -> list[TcoRow]:
+    """:func:`evaluate` at each chip count whose setup fits (the others are left out)."""
+    rows: list[TcoRow] = []
+    for chips in chip_counts:
+        try:
+            row = evaluate(model, spec, chips, tokens, config, a)
+        except ClusterConfigError:
+            continue
+        if row.estimate.fits:
+            rows.append(row)
+    return rows
 
 
 def chip_grid(chips_per_node: int, max_chips: int = MAX_CHIPS) -> list[int]:
@@ -189,13 +219,13 @@ def chip_grid(chips_per_node: int, max_chips: int = MAX_CHIPS) -> list[int]:
 
 def for_deadline(model: ModelSpec, spec: ChipSpec, tokens: float, deadline_s: float,
                  config: TrainingConfig | None = None, a: Assumptions | None = None,
-                 max_chips: int = MAX_CHIPS) -> TcoRow:
+                 max_chips: int = MAX_CHIPS, *, ladder: bool = True) -> TcoRow:
     """The fewest chips of :func:`chip_grid` whose setup fits and trains within ``deadline_s`` (module docstring)."""
     a = a or Assumptions()
     best_s = math.inf
     for chips in chip_grid(spec.topology.chips_per_node, max_chips):
         try:
-            est = estimate(model, spec, chips, config)
+            est = fitting_estimate(model, spec, chips, config, ladder=ladder)
         except ClusterConfigError:
             continue
         if not est.fits:
