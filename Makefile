@@ -18,6 +18,7 @@ demo: install
 	$(VENV)/bin/trnsim demo
 
 test: install
+	@command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] && (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) >/dev/null 2>&1; } || true
 	$(PY) -m pytest
 
 lint: install

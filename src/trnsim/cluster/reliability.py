@@ -132,9 +132,14 @@ def young_daly(write_s: float, mtbf_s: float) -> float:
 
 def waste(write_s: float, restart_s: float, rate_per_s: float, planned_per_s: float) -> tuple[float, float]:
     """(interval τ, fraction of time lost) for the module docstring's model."""
-    interval = max(young_daly(write_s, 1.0 / rate_per_s), write_s) if rate_per_s > 0 else math.inf
-    lost = (write_s / interval if rate_per_s > 0 else 0.0) + rate_per_s * (interval / 2 + restart_s
-                                                                            if rate_per_s > 0 else 0.0)
+    # NOTE: in closed form (δ/τ = λτ/2 = √(δλ/2) at τ = √(2δ/λ)), so that a vanishing λ gives no inf·0
+    if rate_per_s <= 0:
+        interval, lost = math.inf, 0.0
+    elif rate_per_s * write_s > 2.0:  # √(2δ/λ) < δ: checkpoint back to back
+        interval, lost = write_s, 1.0 + rate_per_s * (write_s / 2 + restart_s)
+    else:
+        interval = math.sqrt(2.0 * write_s / rate_per_s) if rate_per_s > 1e-300 else math.inf
+        lost = math.sqrt(2.0 * write_s * rate_per_s) + rate_per_s * restart_s
     return interval, lost + planned_per_s * (write_s + restart_s)
 
 
