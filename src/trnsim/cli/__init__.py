@@ -30,6 +30,7 @@ COMMANDS: dict[str, str] = {
     "claims": "trnsim.cli.tco",
     "report": "trnsim.cli.report",
     "cache": "trnsim.cli.cache",
+    "conformance": "trnsim.cli.conformance",
 }
 
 EPILOG = """examples:

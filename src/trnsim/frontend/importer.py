@@ -14,10 +14,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from trnsim.errors import CompileError, UnsupportedError
+from trnsim.frontend.constants import decode_dense
 from trnsim.ir.graph import Graph, Node, Value
 from trnsim.ir.types import DTYPES, TensorType
-from trnsim.frontend.constants import decode_dense
 
 
 @dataclass
@@ -82,8 +84,9 @@ class _Importer:
         name = str(rt.element_type)
         dt = DTYPES.get(name)
         if dt is None:
+            known = ", ".join(n for n, d in DTYPES.items() if d.support != "unsupported")
             raise UnsupportedError(f"element type {name} is not supported", where=where,
-                                   hint=f"supported element types: {', '.join(n for n, d in DTYPES.items() if d.support != 'unsupported')}")
+                                   hint=f"supported element types: {known}")
         if dt.support == "unsupported":
             raise UnsupportedError(f"element type {name} is not supported", where=where, hint=dt.why)
         return TensorType(tuple(rt.shape), name)
@@ -127,8 +130,7 @@ class _Importer:
                 outs = self.inline(o, vmap, nodes)
             elif name == "stablehlo.custom_call" and self.collect_checks and \
                     _str_attr(o.attributes["call_target_name"]).startswith("check."):
-                self.check(o, vmap)
-                continue
+                outs = self.check(o, vmap, nodes)
             else:
                 outs = self.node(o, vmap, nodes)
             for r, v in zip(o.results, outs, strict=True):
@@ -158,10 +160,29 @@ class _Importer:
         self.lifted_values.extend(values)
         return values
 
-    def check(self, o: Any, vmap: dict[Any, Value]) -> None:
+    def check(self, o: Any, vmap: dict[Any, Value], nodes: list[Node]) -> list[Value]:
+        """Record the check; the older ``check.eq`` form returns an i1 that ``main`` returns: true here (the
+        runner applies the check itself)."""
+        where = self.loc(o)
         kind = _str_attr(o.attributes["call_target_name"]).removeprefix("check.")
-        actual, expected = (vmap[v] for v in o.operands)
-        self.checks.append(Check(kind, actual, expected, self.loc(o)))
+        operands = [vmap[v] for v in o.operands]
+        if len(operands) == 1 and kind.endswith("_const") and "value" in o.attributes:
+            value = convert_attribute("value", o.attributes["value"], where)
+            const = Node.make("constant", [], [operands[0].type], {"value": value}, loc=where)
+            nodes.append(const)
+            operands.append(const.out)
+            kind = kind.removesuffix("_const")
+        if len(operands) != 2:
+            raise CompileError(f"check.{kind} takes an actual and an expected value, not {len(operands)} operands",
+                               where=where, hint="conformance checks compare two tensors of one type")
+        self.checks.append(Check(kind, operands[0], operands[1], where))
+        outs: list[Value] = []
+        for r in o.results:
+            t = self.tensor_type(r.type, where)
+            const = Node.make("constant", [], [t], {"value": np.ones(t.shape, t.np_dtype)}, loc=where)
+            nodes.append(const)
+            outs.append(const.out)
+        return outs
 
     # -- ops -------------------------------------------------------------------------------------------
     def node(self, o: Any, vmap: dict[Any, Value], nodes: list[Node]) -> list[Value]:

@@ -39,7 +39,7 @@ def describe(source: object) -> str:
     return {"str": "<module text>", "bytes": "<bytecode>"}.get(type(source).__name__, f"<{type(source).__name__}>")
 
 
-def parse(source: object) -> tuple[Any, str]:
+def parse(source: Any) -> tuple[Any, str]:
     """An MLIR module (in trnsim's context) from any accepted form, and its text for hashing and errors."""
     from jaxlib.mlir import ir
 
@@ -54,12 +54,7 @@ def parse(source: object) -> tuple[Any, str]:
             raise CompileError(f"cannot read the module: {exc.strerror}", where=str(path),
                                hint="check the path") from exc
         source = data if data.startswith(BYTECODE_MAGIC) else data.decode("utf-8", errors="replace")
-    if hasattr(source, "compiler_ir") and callable(source.compiler_ir):   # jax.stages.Lowered
-        source = source.as_text()
-    elif hasattr(source, "mlir_module_serialized"):                      # jax.export.Exported
-        source = bytes(source.mlir_module_serialized)
-    elif hasattr(source, "operation") and hasattr(source, "body"):        # an ir.Module
-        source = source.operation.get_asm(enable_debug_info=True)
+    source = _unwrap(source)
     with ctx:
         if isinstance(source, bytes | bytearray):
             if not bytes(source).startswith(BYTECODE_MAGIC):
@@ -84,8 +79,19 @@ def parse(source: object) -> tuple[Any, str]:
                                hint="pass StableHLO text, a path, bytecode, jax.jit(f).lower(...), a "
                                     "jax.export.Exported or an MLIR module")
         _legalize_chlo(module, where)
-        text = module.operation.get_asm(enable_debug_info=False)
+        text = str(module.operation.get_asm(enable_debug_info=False))
     return module, text
+
+
+def _unwrap(source: Any) -> Any:
+    """Text or bytes from a ``Lowered``, an ``Exported`` or an ``ir.Module``; anything else unchanged."""
+    if hasattr(source, "compiler_ir") and callable(source.compiler_ir):   # jax.stages.Lowered
+        return source.as_text()
+    if hasattr(source, "mlir_module_serialized"):                        # jax.export.Exported
+        return bytes(source.mlir_module_serialized)
+    if hasattr(source, "operation") and hasattr(source, "body"):          # an ir.Module
+        return source.operation.get_asm(enable_debug_info=True)
+    return source
 
 
 def _first_diagnostic(exc: Exception) -> str:

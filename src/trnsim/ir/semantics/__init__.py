@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
+from importlib import import_module
+
+MODULES = ("control", "elementwise", "indexing", "linalg", "quant", "reduce", "shape", "sort")
+
 
 def load_all() -> None:
-    from trnsim.ir.semantics import (  # noqa: F401  (imported for their registrations)
-        control,
-        elementwise,
-        indexing,
-        linalg,
-        reduce,
-        shape,
-        sort,
-    )
+    for name in MODULES:
+        import_module(f"trnsim.ir.semantics.{name}")

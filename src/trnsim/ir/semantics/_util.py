@@ -7,7 +7,6 @@ import numpy as np
 from trnsim.ir.graph import Node, Value
 from trnsim.ir.types import DTYPES
 
-
 NARROW_FLOATS = frozenset(d.np_dtype for d in DTYPES.values() if d.is_float and d.bits < 32)
 NARROW_INTS = {np.dtype(d.np_dtype): np.dtype(np.int8 if d.kind == "signed" else np.uint8)
                for d in DTYPES.values() if d.is_int and d.bits < 8}

@@ -21,10 +21,7 @@ Arrays = list[np.ndarray]
 
 def _index_vectors(indices: np.ndarray, index_vector_dim: int) -> np.ndarray:
     """indices with the index vector moved last: shape (*batch, K)."""
-    if index_vector_dim == indices.ndim:
-        indices = indices[..., None]
-    else:
-        indices = np.moveaxis(indices, index_vector_dim, -1)
+    indices = indices[..., None] if index_vector_dim == indices.ndim else np.moveaxis(indices, index_vector_dim, -1)
     return indices.astype(np.int64)
 
 

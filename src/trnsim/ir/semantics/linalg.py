@@ -83,7 +83,7 @@ def _convolution(node: Node, args: Arrays, interp: Interpreter) -> Arrays:
     xp = big[(slice(None), slice(None), *crop)]
     out_sp = [node.out.type.shape[d] for d in dn["output_spatial_dimensions"]]
     fg, bg = int(a.get("feature_group_count", 1)), int(a.get("batch_group_count", 1))
-    n, c = xp.shape[:2]
+    n = xp.shape[0]
     o, ci = w.shape[:2]
     out = np.zeros((n // bg, o, *out_sp), np.result_type(xp, w))
     for g in range(fg * bg):

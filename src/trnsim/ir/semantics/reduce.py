@@ -130,7 +130,8 @@ def _reduce_window(node: Node, args: Arrays, interp: Interpreter) -> Arrays:
         return [to(node.outputs[0], acc)]
     accs = [np.broadcast_to(compute(i), out_shape) for i in inits]
     for k in range(len(views[0])):
-        accs = [np.broadcast_to(a, out_shape) for a in interp.call(body, [*accs, *(v[k] for v in views)], vectorized=True)]
+        new = interp.call(body, [*accs, *(v[k] for v in views)], vectorized=True)
+        accs = [np.broadcast_to(a, out_shape) for a in new]
     return [to(v, a) for v, a in zip(node.outputs, accs, strict=True)]
 
 
@@ -150,6 +151,7 @@ def _select_and_scatter(node: Node, args: Arrays, interp: Interpreter) -> Arrays
     # positions of each window element in the operand (without padding); padding is never selected
     best_val: np.ndarray | None = None
     best_pos: np.ndarray | None = None
+    have = np.zeros(out_shape, bool)
     grids = np.meshgrid(*(np.arange(n) for n in out_shape), indexing="ij")
     for offset in itertools.product(*(range(w) for w in win)):
         pos = np.stack([g * s + o - int(p[0]) for g, s, o, p in zip(grids, strides, offset, pad, strict=True)])
