@@ -12,6 +12,7 @@ import numpy as np
 from trnsim.compiler.options import CompileOptions
 from trnsim.compiler.pipeline import PassRecord, run_pipeline
 from trnsim.errors import CompileError, SimError
+from trnsim.hw import ChipSpec
 from trnsim.ir.graph import Graph
 from trnsim.ir.interp import Interpreter
 from trnsim.ir.types import TensorType, dtype_of_numpy
@@ -33,6 +34,12 @@ class CompiledProgram:
     shardings: dict[str, str] = field(default_factory=dict[str, str])
     plan: Any = None
     last_profile: Any = None
+
+    @property
+    def spec(self) -> ChipSpec:
+        from trnsim.hw import registry
+
+        return registry.get(self.target)
 
     @property
     def input_types(self) -> list[TensorType]:

@@ -1,6 +1,72 @@
+"""fuse: group elementwise chains, and matmul epilogues, into steps whose intermediates stay in SBUF.
+
+Nodes are visited in order. A fusible node (elementwise math, converts, broadcasts and reshapes, simple
+reductions, quantize/prune) joins the group of one of its producers when every other input comes from a
+parameter, a constant, that group, or a group created earlier — a later group may depend on this one, and
+joining would then make a cycle. An elementwise consumer of a ``dot_general`` joins the matmul's group as
+its epilogue (applied as PSUM is evacuated). Everything else is a group of its own. The group id is kept on
+each node as ``_group``; its kind as ``_kind``.
+"""
+
 from __future__ import annotations
-from typing import Any
+
+from dataclasses import dataclass, field
+
+from trnsim.compiler.pipeline import PassContext
+from trnsim.ir.graph import Graph, Node
+from trnsim.ir.rules import lookup
+from trnsim.ir.semantics.reduce import simple_combiner
+
+_VIEW = frozenset({"broadcast_in_dim", "reshape", "convert", "iota"})
+MAX_GROUP = 64          # nodes per fused group: bounds the SBUF working set (see lowering's tile sizing)
 
 
-def fuse(graph: Any, ctx: Any) -> Any:
+@dataclass
+class Group:
+    gid: int
+    kind: str                       # fused | matmul | reduce | data | index | control | ...
+    nodes: list[Node] = field(default_factory=list[Node])
+
+
+def _fusible(node: Node) -> bool:
+    if node.regions:
+        return node.op == "reduce" and len(node.inputs) == 2 and simple_combiner(node.regions[0]) is not None
+    if node.op in _VIEW:
+        return True
+    kind = lookup(node.op, where=node.loc).kind
+    return kind == "elementwise"
+
+
+def fuse(graph: Graph, ctx: PassContext) -> Graph:
+    groups: list[Group] = []
+    group_of: dict[int, Group] = {}          # value id → the group that produces it
+    for node in graph.nodes:
+        if node.op == "constant":
+            node.attrs["_group"] = -1
+            continue
+        producers = [group_of[v.id] for v in node.inputs if v.id in group_of]
+        target: Group | None = None
+        if _fusible(node) and producers:
+            for g in sorted({g.gid: g for g in producers}.values(), key=lambda g: -g.gid):
+                if len(g.nodes) >= MAX_GROUP:
+                    continue
+                if g.kind == "matmul" and (node.op == "reduce" or node.regions):
+                    continue
+                if g.kind not in ("fused", "matmul"):
+                    continue
+                if all(p is g or p.gid < g.gid for p in producers):
+                    target = g
+                    break
+        if target is None:
+            kind = "fused" if _fusible(node) else lookup(node.op, where=node.loc).kind
+            target = Group(len(groups), kind)
+            groups.append(target)
+        target.nodes.append(node)
+        node.attrs["_group"] = target.gid
+        for v in node.outputs:
+            group_of[v.id] = target
+    for g in groups:
+        for n in g.nodes:
+            n.attrs["_kind"] = g.kind
+    ctx.stats.update(groups=len(groups), fused=sum(len(g.nodes) for g in groups if len(g.nodes) > 1))
     return graph

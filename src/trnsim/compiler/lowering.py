@@ -1,14 +1,283 @@
+"""lower, schedule, allocate: from fused groups to a timed, memory-planned list of kernel steps.
+
+``lower`` turns each fused group into a ``Step``: which kernel it is (``matmul``, ``fused_elementwise``,
+``dma_copy`` ...), on which engines and for how long (``trnsim.compiler.costs``), what it reads and writes
+in HBM, and the steps it waits for. ``while``/``case``/``if`` lower their regions into sub-plans, costed per
+trip (the profile multiplies by the trips a run takes). ``schedule`` places steps on the engines and DMA in
+order: a step starts when its inputs are ready and its engines are free, so independent steps on different
+engines overlap. ``allocate`` gives every value that crosses steps an HBM range by liveness (first fit) and
+rejects programs whose peak does not fit the chip's HBM.
+"""
+
 from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from trnsim.compiler import costs
+from trnsim.compiler.fusion import fuse
+from trnsim.compiler.pipeline import PassContext
+from trnsim.errors import CompileError, UnsupportedError
+from trnsim.ir.graph import Graph, Node, Value, free_values
 
-def allocate(graph: Any, ctx: Any) -> Any:
+ENGINES = ("tensor", "vector", "scalar", "gpsimd")
+KERNEL_NAMES: dict[str, str] = {
+    "fused": "fused_elementwise", "matmul": "matmul", "conv": "conv_matmul", "data": "dma_copy",
+    "index": "dma_gather_scatter", "sort": "gpsimd_sort", "reduce": "vector_reduce", "random": "gpsimd_rng",
+    "source": "gpsimd_fill", "elementwise": "vector_op", "control": "control",
+}
+
+
+@dataclass
+class Step:
+    index: int
+    kernel: str
+    ops: list[str]
+    nodes: list[int]                       # positions in graph.nodes
+    loc: str
+    busy: dict[str, float]                 # engine → seconds
+    dma_bytes: float
+    dma_seconds: float
+    seconds: float
+    flops: float
+    operand_dtype: str
+    deps: list[int]
+    sbuf_bytes: int = 0
+    spilled: int = 0
+    start: float = 0.0
+    end: float = 0.0
+    sub: list[Plan] = field(default_factory=list["Plan"])     # region plans of control steps, per trip
+
+
+@dataclass
+class Plan:
+    target: str
+    steps: list[Step]
+    total_seconds: float = 0.0
+    hbm_peak: int = 0
+    hbm_capacity: int = 0
+    sbuf_peak: int = 0
+
+    def engine_busy(self) -> dict[str, float]:
+        busy = dict.fromkeys((*ENGINES, "dma"), 0.0)
+        for s in self.steps:
+            for e, t in s.busy.items():
+                busy[e] += t
+            busy["dma"] += s.dma_seconds
+        return busy
+
+    def describe(self) -> str:
+        lines = [f"// plan for {self.target}: {len(self.steps)} steps, {self.total_seconds * 1e6:.1f} us, "
+                 f"HBM peak {self.hbm_peak / 2**20:.2f} MiB, SBUF peak {self.sbuf_peak / 2**10:.0f} KiB"]
+        for s in self.steps:
+            engines = ", ".join(f"{e} {t * 1e6:.2f}" for e, t in s.busy.items())
+            lines.append(f"//  step {s.index:4d} {s.kernel:20s} [{s.start * 1e6:9.2f} .. {s.end * 1e6:9.2f}] us  "
+                         f"{'+'.join(dict.fromkeys(s.ops))[:60]}  engines: {engines or '-'}  dma "
+                         f"{s.dma_bytes / 1024:.1f} KiB  deps {s.deps[:6]}")
+        return "\n".join(lines)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"target": self.target, "total_seconds": self.total_seconds, "hbm_peak": self.hbm_peak,
+                "hbm_capacity": self.hbm_capacity, "sbuf_peak": self.sbuf_peak,
+                "steps": [_step_json(s) for s in self.steps]}
+
+    @staticmethod
+    def from_json(data: dict[str, Any]) -> Plan:
+        steps = [_step_from(s) for s in data["steps"]]
+        return Plan(data["target"], steps, data["total_seconds"], data["hbm_peak"], data["hbm_capacity"],
+                    data["sbuf_peak"])
+
+
+def _step_json(s: Step) -> dict[str, Any]:
+    d = asdict(s)
+    d["sub"] = [p.to_json() for p in s.sub]
+    return d
+
+
+def _step_from(d: dict[str, Any]) -> Step:
+    d = dict(d)
+    sub = [Plan.from_json(p) for p in d.pop("sub", [])]
+    return Step(**d, sub=sub)
+
+
+def _machine(ctx: PassContext) -> costs.Machine:
+    if ctx.spec.core is None:
+        raise UnsupportedError(f"{ctx.spec.name} has no NeuronCore: trnsim compiles for Trainium targets",
+                               where="trnsim.compile", hint="use target='trn3' (or trn2, trn1)")
+    return costs.Machine.of(ctx.spec)
+
+
+def plan_graph(graph: Graph, ctx: PassContext, machine: costs.Machine) -> Plan:
+    """Steps for ``graph``, whose nodes carry ``_group`` from the fuse pass."""
+    position = {id(n): i for i, n in enumerate(graph.nodes)}
+    groups: dict[int, list[Node]] = {}
+    for node in graph.nodes:
+        g = node.attrs.get("_group", -1)
+        if g >= 0:
+            groups.setdefault(g, []).append(node)
+    producer_step: dict[int, int] = {}
+    uses: dict[int, set[int]] = {}
+    for node in graph.nodes:
+        for v in _reads(node):
+            uses.setdefault(v.id, set()).add(node.attrs.get("_group", -1))
+    results = {v.id for v in graph.results}
+    consts = {n.out.id: n for n in graph.nodes if n.op == "constant"}
+    steps: list[Step] = []
+    for gid in sorted(groups):
+        members = groups[gid]
+        member_ids = {id(n) for n in members}
+        produced = {v.id for n in members for v in n.outputs}
+        external: dict[int, Value] = {}
+        for n in members:
+            for v in _reads(n):
+                if v.id not in produced and v.id not in external:
+                    c = consts.get(v.id)
+                    if c is not None and v.type.size <= 1:
+                        continue                 # scalar constants are instruction immediates
+                    external[v.id] = v
+        outputs = [v for n in members for v in n.outputs
+                   if v.id in results or any(g != gid for g in uses.get(v.id, ()))]
+        cost = costs.StepCost()
+        kind = members[0].attrs.get("_kind", "fused")
+        sub: list[Plan] = []
+        if members[0].op in ("dot_general", "convolution"):
+            costs.matmul_cost(machine, members[0], members[1:], cost, list(external.values()), outputs)
+        elif kind == "fused":
+            costs.fused_cost(machine, members, cost, list(external.values()), outputs)
+        elif kind == "control":
+            for region in members[0].regions:
+                fuse(region, ctx)
+                sub.append(plan_graph(region, ctx, machine))
+        else:
+            rule = costs.SINGLE_RULES.get(kind, costs.elementwise_cost)
+            rule(machine, members[0], cost)
+        if kind != "data" and cost.dma_seconds == 0 and cost.dma_bytes:
+            cost.dma_seconds = costs.dma_seconds(machine, cost.dma_bytes)
+        deps = sorted({producer_step[v.id] for v in external.values() if v.id in producer_step})
+        seconds = step_seconds(cost.busy, cost.dma_seconds, machine.dma_latency) + sum(p.total_seconds for p in sub)
+        index = len(steps)
+        steps.append(Step(index, KERNEL_NAMES.get(kind, kind), [n.op for n in members],
+                          [position[id(n)] for n in members if id(n) in member_ids], members[0].loc, cost.busy,
+                          cost.dma_bytes, cost.dma_seconds, seconds, cost.flops, cost.operand_dtype, deps,
+                          cost.sbuf_bytes, cost.spilled, sub=sub))
+        for v in produced:
+            producer_step[v] = index
+    plan = Plan(ctx.spec.name, steps)
+    run_schedule(plan, [s.seconds for s in steps])
+    plan.sbuf_peak = max((s.sbuf_bytes for s in steps), default=0)
+    return plan
+
+
+def step_seconds(busy: dict[str, float], dma: float, latency: float) -> float:
+    work = max([*busy.values(), dma], default=0.0)
+    return (latency if dma > 0 else 0.0) + work
+
+
+def _reads(node: Node) -> list[Value]:
+    reads = list(node.inputs)
+    for region in node.regions:
+        reads.extend(free_values(region))
+    return reads
+
+
+def run_schedule(plan: Plan, durations: list[float]) -> float:
+    """List-schedule the steps in order: start when deps are done and the engines they use are free."""
+    free = dict.fromkeys((*ENGINES, "dma"), 0.0)
+    end_of: list[float] = []
+    for step, duration in zip(plan.steps, durations, strict=True):
+        start = max([end_of[d] for d in step.deps] + [free[e] for e in step.busy] +
+                    ([free["dma"]] if step.dma_seconds else []) + [0.0])
+        if step.sub:                                # control flow runs alone (its body uses every engine)
+            start = max([start, *free.values()])
+        step.start, step.end = start, start + duration
+        for e, t in step.busy.items():
+            free[e] = max(free[e], start + t)
+        if step.dma_seconds:
+            free["dma"] = max(free["dma"], start + step.dma_seconds)
+        if step.sub:
+            for e in free:
+                free[e] = max(free[e], step.end)
+        end_of.append(step.end)
+    plan.total_seconds = max(end_of, default=0.0)
+    return plan.total_seconds
+
+
+# ---- passes ---------------------------------------------------------------------------------------------
+
+def lower(graph: Graph, ctx: PassContext) -> Graph:
+    machine = _machine(ctx)
+    ctx.plan = plan_graph(graph, ctx, machine)
+    kernels: dict[str, int] = {}
+    for s in ctx.plan.steps:
+        kernels[s.kernel] = kernels.get(s.kernel, 0) + 1
+    ctx.stats.update(steps=len(ctx.plan.steps), kernels=kernels)
     return graph
 
 
-def lower(graph: Any, ctx: Any) -> Any:
+def schedule(graph: Graph, ctx: PassContext) -> Graph:
+    plan: Plan = ctx.plan
+    total = run_schedule(plan, [s.seconds for s in plan.steps])
+    busy = plan.engine_busy()
+    ctx.stats.update(total_us=round(total * 1e6, 3),
+                     utilisation={e: round(t / total, 3) if total else 0.0 for e, t in busy.items()})
     return graph
 
 
-def schedule(graph: Any, ctx: Any) -> Any:
+def allocate(graph: Graph, ctx: PassContext) -> Graph:
+    """HBM offsets for values crossing steps (parameters and results live for the whole program)."""
+    plan: Plan = ctx.plan
+    step_of: dict[int, int] = {}
+    for s in plan.steps:
+        for pos in s.nodes:
+            for v in graph.nodes[pos].outputs:
+                step_of[v.id] = s.index
+    birth: dict[int, float] = {}
+    death: dict[int, float] = {}
+    size: dict[int, int] = {}
+    for p in graph.params:
+        birth[p.id], size[p.id] = 0.0, p.type.nbytes
+    for s in plan.steps:
+        for pos in s.nodes:
+            node = graph.nodes[pos]
+            for v in _reads(node):
+                if v.id in step_of and step_of[v.id] != s.index or v.id in birth and v.id not in step_of:
+                    death[v.id] = max(death.get(v.id, 0.0), s.end)
+            for v in node.outputs:
+                if v.id not in birth:
+                    birth[v.id], size[v.id] = s.start, v.type.nbytes
+    crossing = [vid for vid in birth if vid in death or vid in {r.id for r in graph.results}
+                or vid in {p.id for p in graph.params}]
+    end = plan.total_seconds
+    for r in graph.results:
+        death[r.id] = end + 1.0
+    for p in graph.params:
+        death[p.id] = end + 1.0
+    events = sorted(crossing, key=lambda vid: (birth[vid], -size[vid]))
+    live: list[tuple[int, int, int]] = []     # (offset, size, vid)
+    peak = 0
+    for vid in events:
+        live = [(o, n, w) for o, n, w in live if death.get(w, end) > birth[vid]]
+        need = (size[vid] + 63) // 64 * 64
+        offset = 0
+        for o, n, _ in sorted(live):
+            if offset + need <= o:
+                break
+            offset = max(offset, o + n)
+        live.append((offset, need, vid))
+        peak = max(peak, offset + need)
+    plan.hbm_peak = peak
+    plan.hbm_capacity = ctx.spec.hbm_bytes
+    if peak > ctx.spec.hbm_bytes:
+        biggest = sorted(((size[v], v) for v in crossing), reverse=True)[:3]
+        raise CompileError(
+            f"the program needs {peak / 2**30:.1f} GiB of HBM at its peak; {ctx.spec.name} has "
+            f"{ctx.spec.hbm_bytes / 2**30:.0f} GiB (largest tensors: "
+            f"{', '.join(f'{n / 2**30:.2f} GiB' for n, _ in biggest)})",
+            where="allocate", hint="reduce the batch or sequence length, use auto_cast to narrow tensors, or "
+                                   "recompute activations (jax.checkpoint)")
+    ctx.stats.update(hbm_peak_mib=round(peak / 2**20, 3), sbuf_peak_kib=round(plan.sbuf_peak / 2**10, 1),
+                     spilled=sum(s.spilled for s in plan.steps))
     return graph
+
+
+__all__ = ["Plan", "Step", "allocate", "lower", "plan_graph", "run_schedule", "schedule"]

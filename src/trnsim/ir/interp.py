@@ -35,6 +35,7 @@ class Interpreter:
         self.ops_run = 0
         self._envs: list[Env] = []
         self._vectorized = 0
+        self.region_runs: dict[int, int] = {}    # id(region) → times run (while trips, branches taken)
 
     def run(self, graph: Graph, args: Sequence[np.ndarray], parent: Env | None = None) -> list[np.ndarray]:
         env = Env(parent)
@@ -56,6 +57,7 @@ class Interpreter:
         ``vectorized``: the arguments carry extra leading or broadcast dimensions (a reduce body applied to
         all the rows at once); shapes are then not checked against the region's scalar types."""
         self._vectorized += vectorized
+        self.region_runs[id(region)] = self.region_runs.get(id(region), 0) + 1
         try:
             return self.run(region, args, parent=self._envs[-1])
         finally:
