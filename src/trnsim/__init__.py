@@ -21,15 +21,19 @@ from trnsim.errors import TrnsimError as TrnsimError
 from trnsim.errors import UnsupportedError as UnsupportedError
 
 if TYPE_CHECKING:
+    from trnsim.compiler import CompiledProgram as CompiledProgram
+    from trnsim.compiler import compile as compile  # noqa: A004
     from trnsim.dsl import KernelResult as KernelResult
     from trnsim.dsl import kernel as kernel
     from trnsim.dsl import run_kernel as run_kernel
     from trnsim.sim import Device as Device
     from trnsim.sim.profile import Profile as Profile
+    from trnsim.frontend.jit import jit as jit
     from trnsim.sim.tensorspec import TensorSpec as TensorSpec
 
 _LAZY = {"Device": "trnsim.sim", "kernel": "trnsim.dsl", "run_kernel": "trnsim.dsl", "KernelResult": "trnsim.dsl",
-         "TensorSpec": "trnsim.sim.tensorspec", "Profile": "trnsim.sim.profile"}
+         "TensorSpec": "trnsim.sim.tensorspec", "Profile": "trnsim.sim.profile",
+         "compile": "trnsim.compiler", "CompiledProgram": "trnsim.compiler", "jit": "trnsim.frontend.jit"}
 
 
 def __getattr__(name: str) -> object:
