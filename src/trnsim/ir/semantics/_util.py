@@ -16,10 +16,18 @@ def compute(x: np.ndarray) -> np.ndarray:
     """Floats narrower than 32 bits are computed in fp32, as the Vector and Scalar engines do; 4-bit
     integers in 8 bits."""
     if x.dtype in NARROW_FLOATS:
-        return x.astype(np.float32)
+        return _widen(x, np.dtype(np.float32))
     if x.dtype in NARROW_INTS:
-        return x.astype(NARROW_INTS[x.dtype])
+        return _widen(x, NARROW_INTS[x.dtype])
     return x
+
+
+def _widen(x: np.ndarray, dt: np.dtype) -> np.ndarray:
+    # NOTE: a broadcast (stride-0) view converts its distinct elements only, and stays a view
+    if x.ndim and 0 in x.strides and x.size > 1:
+        core = x[tuple(slice(0, 1) if s == 0 else slice(None) for s in x.strides)]
+        return np.broadcast_to(core.astype(dt), x.shape)
+    return x.astype(dt)
 
 
 def is_float(dt: np.dtype) -> bool:

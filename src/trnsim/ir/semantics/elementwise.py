@@ -22,7 +22,8 @@ Arrays = list[np.ndarray]
 def _float_unary(fn: Callable[[np.ndarray], np.ndarray], *, transcendental: bool) -> Callable[..., Arrays]:
     def evaluate(node: Node, args: Arrays, interp: Interpreter) -> Arrays:
         x = compute(args[0])
-        x = precise(x) if transcendental and is_float(x.dtype) else x
+        # f32 results: evaluate in f64 and round once; narrower results: fp32 is already exact enough
+        x = precise(x) if transcendental and node.out.type.dtype == "f32" else x
         return [to(node.out, fn(x))]
 
     evaluate.__doc__ = f"result = {fn.__name__}(x)"
