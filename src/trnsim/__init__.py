@@ -22,7 +22,8 @@ from trnsim.errors import UnsupportedError as UnsupportedError
 
 if TYPE_CHECKING:
     from trnsim.compiler import CompiledProgram as CompiledProgram
-    from trnsim.compiler import compile as compile  # noqa: A004
+    from trnsim.runtime.program import compile as compile  # noqa: A004
+    from trnsim.runtime.program import load_artifact as load_artifact
     from trnsim.dsl import KernelResult as KernelResult
     from trnsim.dsl import kernel as kernel
     from trnsim.dsl import run_kernel as run_kernel
@@ -33,7 +34,7 @@ if TYPE_CHECKING:
 
 _LAZY = {"Device": "trnsim.sim", "kernel": "trnsim.dsl", "run_kernel": "trnsim.dsl", "KernelResult": "trnsim.dsl",
          "TensorSpec": "trnsim.sim.tensorspec", "Profile": "trnsim.sim.profile",
-         "compile": "trnsim.compiler", "CompiledProgram": "trnsim.compiler", "jit": "trnsim.frontend.jit"}
+         "compile": "trnsim.runtime.program", "load_artifact": "trnsim.runtime.program", "CompiledProgram": "trnsim.compiler", "jit": "trnsim.frontend.jit"}
 
 
 def __getattr__(name: str) -> object:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -34,6 +36,8 @@ class CompiledProgram:
     shardings: dict[str, str] = field(default_factory=dict[str, str])
     plan: Any = None
     last_profile: Any = None
+    cache_hit: bool = False
+    cache_key: str = ""
 
     @property
     def spec(self) -> ChipSpec:
@@ -82,6 +86,23 @@ class CompiledProgram:
 
     def __call__(self, *args: object) -> list[np.ndarray]:
         return self.run(*args)
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write the program as a ``.neff`` artifact (``trnsim.load_artifact`` reads it back)."""
+        from trnsim.runtime.program import save
+
+        return save(self, path)
+
+    def to_bytes(self) -> bytes:
+        from trnsim.runtime.program import to_bytes
+
+        return to_bytes(self)
+
+    def profile(self) -> Any:
+        """The static profile: the plan's schedule, control flow counted once."""
+        from trnsim.compiler.profile import build_profile
+
+        return build_profile(self)
 
 
 def compile_graph(graph: Graph, *, target: str = "trn3", options: CompileOptions | None = None,

@@ -1,8 +1,9 @@
 """canonicalize: fold constants, drop no-op reshapes/converts/transposes/broadcasts, remove dead code.
 
 Folding evaluates a node whose inputs are all constants with the reference semantics, when its result has
-at most ``fold_limit`` elements, so compile time stays bounded and folded values are bit-identical to what
-the device would compute.
+at most ``fold_limit`` elements and is no larger than its inputs (broadcasts of constants stay ops: the
+device makes them on chip), so compile time and artifacts stay small and folded values are bit-identical
+to what the device would compute.
 """
 
 from __future__ import annotations
@@ -31,6 +32,13 @@ def _is_noop(node: Node) -> bool:
     return False
 
 
+def _expands(node: Node) -> bool:
+    """Folding would store a larger constant than its inputs (a broadcast, an iota, padding): the device
+    generates those values on chip for free, so they stay ops."""
+    biggest = max(v.type.size for v in node.inputs)
+    return any(v.type.size > max(biggest, 64) for v in node.outputs)
+
+
 def canonicalize(graph: Graph, ctx: PassContext) -> Graph:
     limit = ctx.options.fold_limit
     constants: dict[int, np.ndarray] = {}
@@ -47,7 +55,8 @@ def canonicalize(graph: Graph, ctx: PassContext) -> Graph:
         if node.op == "constant":
             constants[node.out.id] = node.attrs["value"]
         elif (node.op not in _NO_FOLD and node.inputs and all(v.id in constants for v in node.inputs)
-              and not node.regions and all(v.type.size <= limit for v in node.outputs)):
+              and not node.regions and all(v.type.size <= limit for v in node.outputs)
+              and not _expands(node)):
             values = interp.run_node(node, [constants[v.id] for v in node.inputs], _empty_env())
             replacements = []
             for v, a in zip(node.outputs, values, strict=True):

@@ -64,10 +64,12 @@ class StepCost:
     operand_dtype: str = ""
     sbuf_bytes: int = 0
     spilled: int = 0
+    instructions: dict[str, int] = field(default_factory=dict[str, int])
 
-    def add(self, engine: str, seconds: float) -> None:
+    def add(self, engine: str, seconds: float, instructions: int = 1) -> None:
         if seconds > 0:
             self.busy[engine] = self.busy.get(engine, 0.0) + seconds
+            self.instructions[engine] = self.instructions.get(engine, 0) + instructions
 
 
 @dataclass(frozen=True)
@@ -105,6 +107,10 @@ class Machine:
     @property
     def partitions(self) -> int:
         return self.core.sbuf.partitions
+
+
+def tile_instructions(m: Machine, elements: int, f: int) -> int:
+    return max(1, math.ceil(elements / (m.partitions * f)))
 
 
 def engine_op_seconds(m: Machine, engine: str, elements: int, dtype: str, f: int) -> float:
@@ -184,16 +190,21 @@ def matmul_cost(m: Machine, node: Node, epilogue: list[Node], cost: StepCost, ex
     sparse = 1.0
     if "sparse" in node.attrs:
         sparse = m.core.tensor.sparse_multiplier.get(RATE_NAME.get(fmt, "bf16"), 1.0)
-    cost.add("tensor", tensor_engine_seconds(m, batch, rows_m, k, n, rate, sparse))
+    te = m.core.tensor
+    tiles = batch * math.ceil(k / te.rows) * math.ceil(min(rows_m, n) / te.cols) * \
+        math.ceil(max(rows_m, n) / m.core.psum.fp32_per_bank)
+    cost.add("tensor", tensor_engine_seconds(m, batch, rows_m, k, n, rate, sparse), tiles)
     cost.flops += 2.0 * batch * rows_m * k * n
     cost.operand_dtype = RATE_NAME.get(fmt, fmt)
     out_elems = node.out.type.size
-    cost.add("scalar", engine_op_seconds(m, "scalar", out_elems, "f32", TILE_F_MAX))   # PSUM evacuation
+    cost.add("scalar", engine_op_seconds(m, "scalar", out_elems, "f32", TILE_F_MAX),   # PSUM evacuation
+             tile_instructions(m, out_elems, TILE_F_MAX))
     for e in epilogue:
         if e.op in FREE_VIEWS or e.op == "convert":
             continue
         engine = "scalar" if e.op in TRANSCENDENTAL else "vector"
-        cost.add(engine, engine_op_seconds(m, engine, e.out.type.size, e.out.type.dtype, TILE_F_MAX))
+        cost.add(engine, engine_op_seconds(m, engine, e.out.type.size, e.out.type.dtype, TILE_F_MAX),
+                 tile_instructions(m, e.out.type.size, TILE_F_MAX))
     a, b = (v.type.nbytes for v in node.inputs[:2])
     half_sbuf = m.core.sbuf.bytes / 2
     small, large = min(a, b), max(a, b)
@@ -230,7 +241,7 @@ def fused_cost(m: Machine, nodes: list[Node], cost: StepCost, external: list[Val
         elements = node.inputs[0].type.size if node.op == "reduce" else node.out.type.size
         engine = "scalar" if node.op in TRANSCENDENTAL else ("gpsimd" if node.op == "iota" else "vector")
         dtype = node.out.type.dtype
-        cost.add(engine, engine_op_seconds(m, engine, elements, dtype, f))
+        cost.add(engine, engine_op_seconds(m, engine, elements, dtype, f), tile_instructions(m, elements, f))
     spill_bytes = cost.spilled * m.partitions * f * 4 * 2
     cost.dma_bytes += sum(v.type.nbytes for v in external) + sum(v.type.nbytes for v in outputs) + spill_bytes
 

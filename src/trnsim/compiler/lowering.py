@@ -44,6 +44,7 @@ class Step:
     deps: list[int]
     sbuf_bytes: int = 0
     spilled: int = 0
+    instructions: dict[str, int] = field(default_factory=dict[str, int])   # engine → instructions
     start: float = 0.0
     end: float = 0.0
     sub: list[Plan] = field(default_factory=list["Plan"])     # region plans of control steps, per trip
@@ -57,6 +58,18 @@ class Plan:
     hbm_peak: int = 0
     hbm_capacity: int = 0
     sbuf_peak: int = 0
+
+    def instruction_counts(self) -> dict[str, int]:
+        """Instructions per engine (DMA: one transfer per step that moves data), control bodies once."""
+        counts = dict.fromkeys((*ENGINES, "dma"), 0)
+        for s in self.steps:
+            for e, n in s.instructions.items():
+                counts[e] += n
+            counts["dma"] += 1 if s.dma_bytes else 0
+            for sub in s.sub:
+                for e, n in sub.instruction_counts().items():
+                    counts[e] += n
+        return counts
 
     def engine_busy(self) -> dict[str, float]:
         busy = dict.fromkeys((*ENGINES, "dma"), 0.0)
@@ -159,7 +172,7 @@ def plan_graph(graph: Graph, ctx: PassContext, machine: costs.Machine) -> Plan:
         steps.append(Step(index, KERNEL_NAMES.get(kind, kind), [n.op for n in members],
                           [position[id(n)] for n in members if id(n) in member_ids], members[0].loc, cost.busy,
                           cost.dma_bytes, cost.dma_seconds, seconds, cost.flops, cost.operand_dtype, deps,
-                          cost.sbuf_bytes, cost.spilled, sub=sub))
+                          cost.sbuf_bytes, cost.spilled, cost.instructions, sub=sub))
         for v in produced:
             producer_step[v] = index
     plan = Plan(ctx.spec.name, steps)

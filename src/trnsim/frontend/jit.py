@@ -14,17 +14,18 @@ from typing import Any
 
 import numpy as np
 
-from trnsim.compiler.api import CompiledProgram, compile
+from trnsim.compiler.api import CompiledProgram
 
 
 class JittedFunction:
     def __init__(self, fn: Callable[..., Any], target: str, static_argnums: Sequence[int], options: dict[str, Any],
-                 timing: bool) -> None:
+                 timing: bool, cache: object = None) -> None:
         self.fn = fn
         self.target = target
         self.static_argnums = tuple(static_argnums)
         self.options = options
         self.timing = timing
+        self.cache = cache
         self.programs: dict[Any, tuple[CompiledProgram, Any]] = {}
         self.last_profile: Any = None
         self.last_program: CompiledProgram | None = None
@@ -53,8 +54,10 @@ class JittedFunction:
         key, leaves = self._signature(args, kwargs)
         entry = self.programs.get(key)
         if entry is None:
+            from trnsim.runtime.program import compile
+
             lowered = self.lower(*args, **kwargs)
-            program = compile(lowered, target=self.target, **self.options)
+            program = compile(lowered, target=self.target, cache=self.cache, **self.options)
             entry = (program, lowered.out_tree)
             self.programs[key] = entry
             self.compiles += 1
@@ -67,14 +70,15 @@ class JittedFunction:
 
 
 def jit(fn: Callable[..., Any] | None = None, *, target: str = "trn3", static_argnums: Sequence[int] = (),
-        timing: bool = True, **options: Any) -> Any:
+        timing: bool = True, cache: object = None, **options: Any) -> Any:
     """Wrap ``fn`` (a JAX function) to run on a simulated ``target``; usable as ``@trnsim.jit`` or
-    ``trnsim.jit(fn, target="trn3", auto_cast="matmul", auto_cast_type="mxfp6")``."""
+    ``trnsim.jit(fn, target="trn3", auto_cast="matmul", auto_cast_type="mxfp6")``. ``cache``: as for
+    ``trnsim.compile`` (None: the compile cache at TRNSIM_CACHE_URL; False: none)."""
     from trnsim.compiler.options import CompileOptions
 
     CompileOptions.from_kwargs(options)        # reject bad options now, not at the first call
 
     def wrap(f: Callable[..., Any]) -> JittedFunction:
-        return JittedFunction(f, target, static_argnums, options, timing)
+        return JittedFunction(f, target, static_argnums, options, timing, cache)
 
     return wrap(fn) if fn is not None else wrap

@@ -106,12 +106,14 @@ class Device:
         self.strict_reads = strict_reads
 
     @overload
-    def run(self, program: Program, inputs: Mapping[str, ArrayLike] | Sequence[ArrayLike] = (), *, core: int = 0,
+    def run(self, program: Program, inputs: Mapping[str, ArrayLike] | Sequence[ArrayLike] = (), *more_inputs: Any,
+            core: int = 0,
             chip: int = 0, check: bool = True, timing: bool = False, timing_only: Literal[False] = False,
             labels: Labels | None = None) -> RunResult: ...
 
     @overload
-    def run(self, program: Program, inputs: Mapping[str, object] | Sequence[object] = (), *, core: int = 0,
+    def run(self, program: Program, inputs: Mapping[str, object] | Sequence[object] = (), *more_inputs: Any,
+            core: int = 0,
             chip: int = 0, check: bool = True, timing: bool = False, timing_only: Literal[True],
             labels: Labels | None = None) -> Profile: ...
 
@@ -119,7 +121,7 @@ class Device:
         self,
         program: Program,
         inputs: Mapping[str, Any] | Sequence[Any] = (),
-        *,
+        *more_inputs: Any,
         core: int = 0,
         chip: int = 0,
         check: bool = True,
@@ -131,7 +133,18 @@ class Device:
 
         ``timing=True`` also times it (``RunResult.profile``); ``timing_only=True`` only times it and returns
         the ``Profile``: inputs may be omitted or be shape descriptions (``trnsim.TensorSpec``), no memory is
-        touched. ``labels`` maps ``(engine, index)`` to a label for the profile's per-kernel breakdown."""
+        touched. ``labels`` maps ``(engine, index)`` to a label for the profile's per-kernel breakdown.
+
+        ``program`` may also be a compiled program (``trnsim.compile``) or the path of its ``.neff`` artifact,
+        run as ``device.run(artifact, *inputs)``: outputs in order (``output0``, ...) and the profile."""
+        if not isinstance(program, Program):
+            from trnsim.runtime.program import run_compiled
+
+            arrays = [inputs, *more_inputs] if more_inputs or not isinstance(inputs, list | tuple) else list(inputs)
+            return run_compiled(self.spec.name, program, arrays, timing=timing or not timing_only)
+        if more_inputs:
+            raise SimError(f"{1 + len(more_inputs)} input arguments for an ISA program", where="Device.run",
+                           hint="pass the inputs as one sequence or a mapping by tensor name")
         if check:
             verify(program, self.spec)
         if timing_only:

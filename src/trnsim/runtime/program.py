@@ -1,0 +1,194 @@
+"""Compiled programs as artifacts: save, load, bytes for the compile cache, and cached compilation.
+
+An artifact holds, beside the header: metadata (inputs and outputs with shapes and dtypes, target, options,
+compiler and trnsim versions, the source hash, shardings, per-step source locations, instruction counts
+per engine, the estimated time), and three sections: ``program.json`` (the optimised graph),
+``constants.bin`` (its arrays) and ``plan.json`` (the lowered, scheduled kernel steps — the instruction
+stream at kernel granularity). Loading re-creates the ``CompiledProgram`` without recompiling.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from trnsim.compiler.api import COMPILER_VERSION, CompiledProgram
+from trnsim.compiler.lowering import Plan
+from trnsim.compiler.options import CompileOptions
+from trnsim.errors import ArtifactError
+from trnsim.ir.serialize import graph_from_json, graph_to_json
+from trnsim.runtime.artifact import (
+    FORMAT_VERSION,
+    Artifact,
+    pack_arrays,
+    pack_artifact,
+    read_artifact,
+    unpack_arrays,
+    unpack_artifact,
+    write_bytes_atomic,
+)
+
+KIND = "trnsim-compiled-program"
+
+
+def _json_bytes(obj: Any) -> bytes:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), allow_nan=False).encode()
+
+
+def metadata(program: CompiledProgram) -> dict[str, Any]:
+    from trnsim import __version__
+
+    plan: Plan = program.plan
+    return {
+        "kind": KIND,
+        "target": program.target,
+        "trnsim_version": __version__,
+        "compiler_version": COMPILER_VERSION,
+        "format_version": FORMAT_VERSION,
+        "options": program.options.as_dict(),
+        "source_hash": program.source_hash,
+        "inputs": [{"shape": list(t.shape), "dtype": t.dtype} for t in program.input_types],
+        "outputs": [{"shape": list(t.shape), "dtype": t.dtype} for t in program.output_types],
+        "shardings": program.shardings,
+        "locations": [[s.index, s.kernel, s.loc] for s in plan.steps],
+        "instruction_counts": plan.instruction_counts(),
+        "estimated_seconds": plan.total_seconds,
+        "hbm_peak_bytes": plan.hbm_peak,
+        "passes": [[p.name, p.nodes] for p in program.passes],
+    }
+
+
+def to_bytes(program: CompiledProgram) -> bytes:
+    graph, arrays = graph_to_json(program.graph)
+    sections = {"program.json": _json_bytes(graph), "constants.bin": pack_arrays(arrays),
+                "plan.json": _json_bytes(program.plan.to_json())}
+    return pack_artifact(metadata(program), sections, target=program.target)
+
+
+def save(program: CompiledProgram, path: str | os.PathLike[str]) -> Path:
+    """Write ``program`` as a ``.neff`` artifact, atomically (identical programs give identical bytes)."""
+    return write_bytes_atomic(path, to_bytes(program))
+
+
+def from_artifact(art: Artifact, where: str) -> CompiledProgram:
+    meta = art.meta
+    if meta.get("kind") != KIND:
+        raise ArtifactError(f"not a trnsim compiled program (kind {meta.get('kind')!r})", where=where,
+                            hint="compile the module with `trnsim compile model.mlir -o model.neff`")
+    if meta.get("compiler_version") != COMPILER_VERSION:
+        raise ArtifactError(f"compiled by compiler version {meta.get('compiler_version')!r}, this trnsim runs "
+                            f"version {COMPILER_VERSION!r}", where=where,
+                            hint="recompile it with this trnsim: `trnsim compile ...`")
+    try:
+        graph_data = json.loads(art.section("program.json"))
+        plan_data = json.loads(art.section("plan.json"))
+        options = CompileOptions(**meta["options"])
+    except (ValueError, TypeError, KeyError) as exc:
+        raise ArtifactError(f"the artifact's metadata is malformed: {exc}", where=where,
+                            hint="recompile it with `trnsim compile ...`") from exc
+    arrays = unpack_arrays(art.section("constants.bin"), where=where)
+    graph = graph_from_json(graph_data, arrays, where=where)
+    try:
+        plan = Plan.from_json(plan_data)
+    except (KeyError, TypeError) as exc:
+        raise ArtifactError(f"the artifact's plan is malformed: {exc}", where=where,
+                            hint="recompile it with `trnsim compile ...`") from exc
+    if len(plan.steps) and max(max(s.nodes, default=0) for s in plan.steps) >= len(graph.nodes):
+        raise ArtifactError("the plan refers to nodes the program does not have", where=where,
+                            hint="recompile it with `trnsim compile ...`")
+    return CompiledProgram(graph, art.target, options, str(meta.get("source_hash", "")), [],
+                           dict(meta.get("shardings", {})), plan)
+
+
+def from_bytes(data: bytes, *, where: str, target: str | None = None) -> CompiledProgram:
+    return from_artifact(unpack_artifact(data, where=where, expect_target=target), where)
+
+
+def load_artifact(path: str | os.PathLike[str], target: str | None = None) -> CompiledProgram:
+    """A compiled program from a ``.neff`` file: header, hash and target verified; nothing executed."""
+    return from_artifact(read_artifact(path, expect_target=target), str(path))
+
+
+# ---- compilation through the cache ---------------------------------------------------------------------
+
+def module_key_text(module: object) -> str | bytes:
+    """The module's identity for the cache key: its text without source locations (or its bytecode)."""
+    import re
+
+    from trnsim.frontend.mlir import BYTECODE_MAGIC
+
+    source: object = module
+    if isinstance(source, Path) or (isinstance(source, str) and "\n" not in source
+                                    and source.endswith((".mlir", ".mlirbc", ".bc"))):
+        data = Path(source).read_bytes() if Path(source).exists() else b""
+        source = data if data.startswith(BYTECODE_MAGIC) else data.decode("utf-8", errors="replace")
+    if hasattr(source, "compiler_ir") and hasattr(source, "as_text"):
+        source = source.as_text()                                   # jax.stages.Lowered
+    elif hasattr(source, "mlir_module_serialized"):
+        source = bytes(source.mlir_module_serialized)               # jax.export.Exported
+    elif hasattr(source, "operation") and hasattr(source, "body"):
+        source = source.operation.get_asm(enable_debug_info=False)  # an MLIR module
+    if isinstance(source, bytes | bytearray):
+        return bytes(source)
+    text = str(source)
+    text = re.sub(r"^#loc\d*\s*=.*$", "", text, flags=re.MULTILINE)
+    return re.sub(r"\s*loc\((?:[^()]|\([^()]*\))*\)", "", text)
+
+
+def cache_entries(module: object, target: str, options: CompileOptions) -> dict[str, str | bytes]:
+    from trnsim import __version__
+    from trnsim.hw import registry
+
+    spec = registry.get(target)
+    return {"module": module_key_text(module), "options": _json_bytes(options.as_dict()),
+            "target": _json_bytes(spec.to_dict()), "trnsim_version": __version__,
+            "compiler_version": COMPILER_VERSION, "format_version": str(FORMAT_VERSION)}
+
+
+def compile(module: object, target: str = "trn3", *, cache: object = None,  # noqa: A001
+            **options: Any) -> CompiledProgram:
+    """``trnsim.compiler.compile`` through the compile cache: ``cache`` is None (the cache at
+    TRNSIM_CACHE_URL, by default a folder in the user's cache directory), False (no cache), a URL, or a
+    ``CompileCache``. A hit loads the stored program instead of compiling; ``program.cache_hit`` says which."""
+    from trnsim.compiler.api import compile as compile_uncached
+    from trnsim.runtime.cache import CompileCache, cache_key
+
+    opts = CompileOptions.from_kwargs(options)
+    if cache is False:
+        program = compile_uncached(module, target, **options)
+        program.cache_hit = False
+        return program
+    store = cache if isinstance(cache, CompileCache) else CompileCache(None if cache in (None, True) else str(cache))
+    key = cache_key(cache_entries(module, target, opts))
+    built: list[CompiledProgram] = []
+
+    def build() -> bytes:
+        program = compile_uncached(module, target, **options)
+        built.append(program)
+        return to_bytes(program)
+
+    data, hit = store.get_or_build(key, build, meta={"target": target, "options": opts.as_dict()})
+    program = built[0] if built else from_bytes(data, where=f"compile cache entry {key[:12]}", target=target)
+    program.cache_hit = hit and not built
+    program.cache_key = key
+    return program
+
+
+def run_compiled(target: str, program: object, inputs: list[Any], *, timing: bool = True) -> Any:
+    """Run a compiled program (or the artifact at a path) for ``Device.run``: a ``RunResult`` whose outputs
+    are named ``output0``, ``output1``, ... in order, with the profile."""
+    from trnsim.errors import SimError
+    from trnsim.sim.device import RunResult
+
+    if isinstance(program, str | os.PathLike):
+        program = load_artifact(program, target=target)
+    if not isinstance(program, CompiledProgram):
+        raise SimError(f"cannot run a {type(program).__name__}", where="Device.run",
+                       hint="pass an ISA Program, a compiled program or the path of a .neff artifact")
+    if program.target != target:
+        raise SimError(f"the program was compiled for {program.target}, this device is {target}",
+                       where="Device.run", hint=f"use trnsim.Device({program.target!r}) or recompile for {target}")
+    outputs = program.run(*inputs, timing=timing)
+    return RunResult({f"output{i}": o for i, o in enumerate(outputs)}, (), program.last_profile)
