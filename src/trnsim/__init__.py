@@ -22,19 +22,20 @@ from trnsim.errors import UnsupportedError as UnsupportedError
 
 if TYPE_CHECKING:
     from trnsim.compiler import CompiledProgram as CompiledProgram
-    from trnsim.runtime.program import compile as compile  # noqa: A004
-    from trnsim.runtime.program import load_artifact as load_artifact
     from trnsim.dsl import KernelResult as KernelResult
     from trnsim.dsl import kernel as kernel
     from trnsim.dsl import run_kernel as run_kernel
+    from trnsim.frontend.jit import jit as jit
+    from trnsim.runtime.program import compile as compile
+    from trnsim.runtime.program import load_artifact as load_artifact
     from trnsim.sim import Device as Device
     from trnsim.sim.profile import Profile as Profile
-    from trnsim.frontend.jit import jit as jit
     from trnsim.sim.tensorspec import TensorSpec as TensorSpec
 
 _LAZY = {"Device": "trnsim.sim", "kernel": "trnsim.dsl", "run_kernel": "trnsim.dsl", "KernelResult": "trnsim.dsl",
          "TensorSpec": "trnsim.sim.tensorspec", "Profile": "trnsim.sim.profile",
-         "compile": "trnsim.runtime.program", "load_artifact": "trnsim.runtime.program", "CompiledProgram": "trnsim.compiler", "jit": "trnsim.frontend.jit"}
+         "compile": "trnsim.runtime.program", "load_artifact": "trnsim.runtime.program",
+         "CompiledProgram": "trnsim.compiler", "jit": "trnsim.frontend.jit"}
 
 
 def __getattr__(name: str) -> object:

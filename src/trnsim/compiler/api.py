@@ -115,7 +115,7 @@ def compile_graph(graph: Graph, *, target: str = "trn3", options: CompileOptions
     return CompiledProgram(graph, target, options, source_hash, records, dict(shardings or {}), plan)
 
 
-def compile(module: object, target: str = "trn3", **options: Any) -> CompiledProgram:  # noqa: A001
+def compile(module: object, target: str = "trn3", **options: Any) -> CompiledProgram:
     """Compile a StableHLO module for ``target``: text, a path, portable bytecode, ``jax.jit(f).lower(...)``,
     a ``jax.export.Exported`` or an MLIR module. Options: see ``CompileOptions``."""
     from trnsim.frontend.importer import import_module

@@ -65,6 +65,7 @@ class StepCost:
     sbuf_bytes: int = 0
     spilled: int = 0
     instructions: dict[str, int] = field(default_factory=dict[str, int])
+    min_seconds: float = 0.0        # a kernel's own simulated time, when the step is one library kernel
 
     def add(self, engine: str, seconds: float, instructions: int = 1) -> None:
         if seconds > 0:
@@ -79,6 +80,7 @@ class Machine:
     core: CoreSpec
     dma_bandwidth: float
     dma_latency: float
+    target: str = ""
 
     @staticmethod
     def of(spec: ChipSpec) -> Machine:
@@ -86,7 +88,7 @@ class Machine:
         assert core is not None
         cores = spec.cores or 1
         bw = min(core.dma.queues * core.dma.queue_bandwidth, spec.hbm_bandwidth / cores)
-        return Machine(core, bw, core.dma.latency)
+        return Machine(core, bw, core.dma.latency, spec.name)
 
     def rate(self, dtype: str) -> float:
         return self.core.tensor.rate.get(RATE_NAME.get(dtype, "fp32"), self.core.tensor.rate.get("fp32", 0.25))
@@ -179,39 +181,54 @@ def tensor_engine_seconds(m: Machine, batch: int, rows_m: int, k: int, n: int, r
     return batch * best / te.clock
 
 
+OUT_NAME = {"f32": "fp32", "bf16": "bf16", "f16": "fp16"}
+
+
 def matmul_cost(m: Machine, node: Node, epilogue: list[Node], cost: StepCost, external: list[Value],
                 outputs: list[Value]) -> None:
+    """A dot_general/convolution as ``matmul_kernel`` (timed by the instruction-level model, see
+    ``kernel_timing``) when TensorE takes its operand format; otherwise the analytic tile model."""
+    from trnsim.compiler.kernel_timing import matmul_time
+
     batch, rows_m, k, n = conv_dims(node) if node.op == "convolution" else matmul_dims(node)
     fmt = node.attrs.get("operand_format") or node.inputs[0].type.dtype
     if node.inputs[0].type.dtype != node.inputs[1].type.dtype and "operand_format" not in node.attrs:
-        # mixed operands run at the slower rate
-        fmt = min((v.type.dtype for v in node.inputs), key=m.rate)
-    rate = m.rate(fmt)
-    sparse = 1.0
-    if "sparse" in node.attrs:
-        sparse = m.core.tensor.sparse_multiplier.get(RATE_NAME.get(fmt, "bf16"), 1.0)
-    te = m.core.tensor
-    tiles = batch * math.ceil(k / te.rows) * math.ceil(min(rows_m, n) / te.cols) * \
-        math.ceil(max(rows_m, n) / m.core.psum.fp32_per_bank)
-    cost.add("tensor", tensor_engine_seconds(m, batch, rows_m, k, n, rate, sparse), tiles)
+        fmt = min((v.type.dtype for v in node.inputs), key=m.rate)      # mixed operands: the slower rate
+    name = RATE_NAME.get(fmt)
+    sparsity = node.attrs.get("sparse")
     cost.flops += 2.0 * batch * rows_m * k * n
-    cost.operand_dtype = RATE_NAME.get(fmt, fmt)
-    out_elems = node.out.type.size
-    cost.add("scalar", engine_op_seconds(m, "scalar", out_elems, "f32", TILE_F_MAX),   # PSUM evacuation
-             tile_instructions(m, out_elems, TILE_F_MAX))
+    cost.operand_dtype = name or fmt
+    other = sum(v.type.nbytes for v in external if v not in node.inputs)
+    out_bytes = sum(v.type.nbytes for v in outputs if v is not node.out)
+    if name is not None and name in m.core.tensor.rate and min(rows_m, k, n) > 0:
+        kt = matmul_time(m.target, batch * rows_m, k, n, name, sparsity, OUT_NAME.get(node.out.type.dtype, "fp32"))
+        for engine, seconds in kt.busy.items():
+            cost.add(engine, seconds, 0)
+        cost.instructions["kernel"] = cost.instructions.get("kernel", 0) + kt.instructions
+        cost.min_seconds = kt.seconds
+        cost.dma_bytes += kt.hbm_bytes + other + out_bytes
+    else:
+        rate = m.rate(fmt)
+        sparse = m.core.tensor.sparse_multiplier.get(name or "bf16", 1.0) if sparsity else 1.0
+        te = m.core.tensor
+        tiles = batch * math.ceil(k / te.rows) * math.ceil(min(rows_m, n) / te.cols) * \
+            math.ceil(max(rows_m, n) / m.core.psum.fp32_per_bank)
+        cost.add("tensor", tensor_engine_seconds(m, batch, rows_m, k, n, rate, sparse), tiles)
+        out_elems = node.out.type.size
+        cost.add("scalar", engine_op_seconds(m, "scalar", out_elems, "f32", TILE_F_MAX),   # PSUM evacuation
+                 tile_instructions(m, out_elems, TILE_F_MAX))
+        a, b = (v.type.nbytes for v in node.inputs[:2])
+        half_sbuf = m.core.sbuf.bytes / 2
+        small, large = min(a, b), max(a, b)
+        cost.dma_bytes += small + large * max(1, math.ceil(small / half_sbuf)) + other + \
+            sum(v.type.nbytes for v in outputs)
     for e in epilogue:
         if e.op in FREE_VIEWS or e.op == "convert":
             continue
         engine = "scalar" if e.op in TRANSCENDENTAL else "vector"
         cost.add(engine, engine_op_seconds(m, engine, e.out.type.size, e.out.type.dtype, TILE_F_MAX),
                  tile_instructions(m, e.out.type.size, TILE_F_MAX))
-    a, b = (v.type.nbytes for v in node.inputs[:2])
-    half_sbuf = m.core.sbuf.bytes / 2
-    small, large = min(a, b), max(a, b)
-    operand_bytes = small + large * max(1, math.ceil(small / half_sbuf))
-    other = sum(v.type.nbytes for v in external if v not in node.inputs)
-    cost.dma_bytes += operand_bytes + other + sum(v.type.nbytes for v in outputs)
-    cost.sbuf_bytes = int(min(small, half_sbuf) + 2 * te_tile_bytes(m))
+    cost.sbuf_bytes = int(min(node.inputs[1].type.nbytes, m.core.sbuf.bytes / 2) + 2 * te_tile_bytes(m))
 
 
 def te_tile_bytes(m: Machine) -> int:

@@ -60,19 +60,20 @@ class Plan:
     sbuf_peak: int = 0
 
     def instruction_counts(self) -> dict[str, int]:
-        """Instructions per engine (DMA: one transfer per step that moves data), control bodies once."""
-        counts = dict.fromkeys((*ENGINES, "dma"), 0)
+        """Instructions per engine (DMA: one transfer per step that moves data; ``kernel``: the instructions
+        of library kernels, all engines), control bodies once."""
+        counts: dict[str, int] = dict.fromkeys((*ENGINES, "dma"), 0)
         for s in self.steps:
             for e, n in s.instructions.items():
-                counts[e] += n
+                counts[e] = counts.get(e, 0) + n
             counts["dma"] += 1 if s.dma_bytes else 0
             for sub in s.sub:
                 for e, n in sub.instruction_counts().items():
-                    counts[e] += n
+                    counts[e] = counts.get(e, 0) + n
         return counts
 
     def engine_busy(self) -> dict[str, float]:
-        busy = dict.fromkeys((*ENGINES, "dma"), 0.0)
+        busy: dict[str, float] = dict.fromkeys((*ENGINES, "dma"), 0.0)
         for s in self.steps:
             for e, t in s.busy.items():
                 busy[e] += t
@@ -167,7 +168,8 @@ def plan_graph(graph: Graph, ctx: PassContext, machine: costs.Machine) -> Plan:
         if kind != "data" and cost.dma_seconds == 0 and cost.dma_bytes:
             cost.dma_seconds = costs.dma_seconds(machine, cost.dma_bytes)
         deps = sorted({producer_step[v.id] for v in external.values() if v.id in producer_step})
-        seconds = step_seconds(cost.busy, cost.dma_seconds, machine.dma_latency) + sum(p.total_seconds for p in sub)
+        seconds = max(cost.min_seconds, step_seconds(cost.busy, cost.dma_seconds, machine.dma_latency)) + \
+            sum(p.total_seconds for p in sub)
         index = len(steps)
         steps.append(Step(index, KERNEL_NAMES.get(kind, kind), [n.op for n in members],
                           [position[id(n)] for n in members if id(n) in member_ids], members[0].loc, cost.busy,
@@ -195,7 +197,7 @@ def _reads(node: Node) -> list[Value]:
 
 def run_schedule(plan: Plan, durations: list[float]) -> float:
     """List-schedule the steps in order: start when deps are done and the engines they use are free."""
-    free = dict.fromkeys((*ENGINES, "dma"), 0.0)
+    free: dict[str, float] = dict.fromkeys((*ENGINES, "dma"), 0.0)
     end_of: list[float] = []
     for step, duration in zip(plan.steps, durations, strict=True):
         start = max([end_of[d] for d in step.deps] + [free[e] for e in step.busy] +
@@ -253,7 +255,7 @@ def allocate(graph: Graph, ctx: PassContext) -> Graph:
         for pos in s.nodes:
             node = graph.nodes[pos]
             for v in _reads(node):
-                if v.id in step_of and step_of[v.id] != s.index or v.id in birth and v.id not in step_of:
+                if (v.id in step_of and step_of[v.id] != s.index) or (v.id in birth and v.id not in step_of):
                     death[v.id] = max(death.get(v.id, 0.0), s.end)
             for v in node.outputs:
                 if v.id not in birth:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from trnsim.compiler.canonicalize import canonicalize
 from trnsim.compiler.autocast import autocast, sparsify
+from trnsim.compiler.canonicalize import canonicalize
 from trnsim.compiler.fusion import fuse
 from trnsim.compiler.lowering import allocate, lower, schedule
 

@@ -129,7 +129,7 @@ def build_profile(program: CompiledProgram, runs: dict[int, int] | None = None) 
     records = [_record(s, d, program.graph.nodes, runs) for s, d in zip(plan.steps, durations, strict=True)]
     for s, (a, b) in zip(plan.steps, saved, strict=True):
         s.start, s.end = a, b
-    busy = dict.fromkeys(TRACKS, 0.0)
+    busy: dict[str, float] = dict.fromkeys(TRACKS, 0.0)
     for r in records:
         for e, t in r.busy.items():
             busy[e] += t

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from trnsim.compiler.api import COMPILER_VERSION, CompiledProgram
 from trnsim.compiler.lowering import Plan
@@ -119,11 +119,12 @@ def module_key_text(module: object) -> str | bytes:
 
     from trnsim.frontend.mlir import BYTECODE_MAGIC
 
-    source: object = module
+    source: Any = module
     if isinstance(source, Path) or (isinstance(source, str) and "\n" not in source
                                     and source.endswith((".mlir", ".mlirbc", ".bc"))):
         data = Path(source).read_bytes() if Path(source).exists() else b""
         source = data if data.startswith(BYTECODE_MAGIC) else data.decode("utf-8", errors="replace")
+    source = cast(Any, source)
     if hasattr(source, "compiler_ir") and hasattr(source, "as_text"):
         source = source.as_text()                                   # jax.stages.Lowered
     elif hasattr(source, "mlir_module_serialized"):
@@ -147,7 +148,7 @@ def cache_entries(module: object, target: str, options: CompileOptions) -> dict[
             "compiler_version": COMPILER_VERSION, "format_version": str(FORMAT_VERSION)}
 
 
-def compile(module: object, target: str = "trn3", *, cache: object = None,  # noqa: A001
+def compile(module: object, target: str = "trn3", *, cache: object = None,
             **options: Any) -> CompiledProgram:
     """``trnsim.compiler.compile`` through the compile cache: ``cache`` is None (the cache at
     TRNSIM_CACHE_URL, by default a folder in the user's cache directory), False (no cache), a URL, or a

@@ -119,7 +119,7 @@ class Device:
 
     def run(
         self,
-        program: Program,
+        program: Program | Any,
         inputs: Mapping[str, Any] | Sequence[Any] = (),
         *more_inputs: Any,
         core: int = 0,
