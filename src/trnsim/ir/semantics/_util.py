@@ -74,3 +74,23 @@ def shape_of(node: Node) -> tuple[int, ...]:
 
 def int_bits(dt: np.dtype) -> int:
     return dt.itemsize * 8
+
+
+def ieee_max(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """IEEE 754-2019 maximum: NaN if either is NaN, and +0 > -0 (np.maximum returns either zero)."""
+    out = np.maximum(a, b)
+    if is_float(out.dtype):
+        zeros = (a == 0) & (b == 0)
+        if np.any(zeros):
+            out = np.where(zeros, np.where(np.signbit(a) & np.signbit(b), -0.0, 0.0).astype(out.dtype), out)
+    return out
+
+
+def ieee_min(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """IEEE 754-2019 minimum: NaN if either is NaN, and -0 < +0."""
+    out = np.minimum(a, b)
+    if is_float(out.dtype):
+        zeros = (a == 0) & (b == 0)
+        if np.any(zeros):
+            out = np.where(zeros, np.where(np.signbit(a) | np.signbit(b), -0.0, 0.0).astype(out.dtype), out)
+    return out

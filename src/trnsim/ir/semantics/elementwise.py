@@ -14,7 +14,7 @@ import numpy as np
 from trnsim.ir.graph import Node
 from trnsim.ir.interp import Interpreter
 from trnsim.ir.rules import semantics
-from trnsim.ir.semantics._util import compute, int_bits, is_float, precise, to
+from trnsim.ir.semantics._util import compute, ieee_max, ieee_min, int_bits, is_float, precise, to
 
 Arrays = list[np.ndarray]
 
@@ -106,7 +106,8 @@ def _not(node: Node, args: Arrays, interp: Interpreter) -> Arrays:
 def _popcnt(node: Node, args: Arrays, interp: Interpreter) -> Arrays:
     """result = number of bits set in x"""
     x = compute(args[0])
-    return [to(node.out, np.bitwise_count(x))]
+    # NOTE: np.bitwise_count counts the bits of |x| for signed types; count the two's-complement bits
+    return [to(node.out, np.bitwise_count(x.view(np.dtype(f"u{x.dtype.itemsize}")) if x.dtype.kind == "i" else x))]
 
 
 @semantics("count_leading_zeros", kind="elementwise")
@@ -161,8 +162,8 @@ for _name, _fn, _doc in (
     ("add", np.add, "result = lhs + rhs"),
     ("subtract", np.subtract, "result = lhs - rhs"),
     ("multiply", np.multiply, "result = lhs * rhs"),
-    ("maximum", np.maximum, "result = max(lhs, rhs), NaN if either is NaN"),
-    ("minimum", np.minimum, "result = min(lhs, rhs), NaN if either is NaN"),
+    ("maximum", ieee_max, "result = max(lhs, rhs), NaN if either is NaN, max(-0, +0) = +0"),
+    ("minimum", ieee_min, "result = min(lhs, rhs), NaN if either is NaN, min(-0, +0) = -0"),
     ("and", _bool_or_bits(np.logical_and, np.bitwise_and), "result = lhs & rhs"),
     ("or", _bool_or_bits(np.logical_or, np.bitwise_or), "result = lhs | rhs"),
     ("xor", _bool_or_bits(np.logical_xor, np.bitwise_xor), "result = lhs ^ rhs"),
@@ -303,7 +304,7 @@ def _select(node: Node, args: Arrays, interp: Interpreter) -> Arrays:
 def _clamp(node: Node, args: Arrays, interp: Interpreter) -> Arrays:
     """result = min(max(operand, lo), hi)"""
     lo, x, hi = (compute(a) for a in args)
-    return [to(node.out, np.minimum(np.maximum(x, lo), hi))]
+    return [to(node.out, ieee_min(ieee_max(x, lo), hi))]
 
 
 # ---- conversions -----------------------------------------------------------------------------------------

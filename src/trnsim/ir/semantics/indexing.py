@@ -14,7 +14,7 @@ from trnsim.ir.graph import Graph, Node
 from trnsim.ir.interp import Interpreter
 from trnsim.ir.rules import semantics
 from trnsim.ir.semantics._util import to
-from trnsim.ir.semantics.reduce import simple_combiner
+from trnsim.ir.semantics.reduce import scatter_at, simple_combiner
 
 Arrays = list[np.ndarray]
 
@@ -115,11 +115,9 @@ def _scatter(node: Node, args: Arrays, interp: Interpreter) -> Arrays:
         return [to(node.outputs[0], results[0].reshape(inputs[0].shape))]
     op = simple_combiner(region) if n == 1 else None
     if op is not None:
-        from trnsim.ir.semantics.reduce import _ufunc  # pyright: ignore[reportPrivateUsage]
-
         out = results[0]
         # NOTE: in the operand's own dtype, so each application rounds (bf16 adds stay bf16), as specified
-        _ufunc(op, out.dtype).at(out, targets, updates[0].ravel()[order])
+        scatter_at(op, out, targets, updates[0].ravel()[order])
         return [out.reshape(inputs[0].shape)]
     flat_updates = [u.ravel() for u in updates]
     for t, u in zip(targets, order, strict=True):

@@ -16,7 +16,7 @@ import numpy as np
 from trnsim.ir.graph import Graph, Node
 from trnsim.ir.interp import Interpreter
 from trnsim.ir.rules import semantics
-from trnsim.ir.semantics._util import compute, to
+from trnsim.ir.semantics._util import compute, ieee_max, ieee_min, is_float, to
 
 Arrays = list[np.ndarray]
 
@@ -44,6 +44,43 @@ def _ufunc(op: str, dt: np.dtype) -> np.ufunc:
     return _BOOL_UFUNCS[op] if dt == np.bool_ else _UFUNCS[op]
 
 
+def combine(op: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``op(a, b)`` elementwise, with IEEE signed zeros for float max/min."""
+    if op in ("maximum", "minimum") and is_float(np.result_type(a, b)):
+        return ieee_max(a, b) if op == "maximum" else ieee_min(a, b)
+    return _ufunc(op, np.result_type(a, b))(a, b)
+
+
+def reduce_array(op: str, x: np.ndarray, axis: tuple[int, ...]) -> np.ndarray:
+    """``op`` folded over ``axis``; float max/min give +0 over {-0, +0} for max and -0 for min (IEEE)."""
+    out = _ufunc(op, x.dtype).reduce(x, axis=axis)
+    if op in ("maximum", "minimum") and is_float(x.dtype) and x.size:
+        zero = x == 0
+        want_neg = (zero & np.signbit(x)) if op == "minimum" else (zero & ~np.signbit(x))
+        has = np.any(want_neg, axis=axis)
+        is_zero = out == 0
+        if op == "minimum":
+            out = np.where(is_zero, np.where(has, -0.0, 0.0).astype(out.dtype), out)
+        else:
+            out = np.where(is_zero, np.where(has, 0.0, -0.0).astype(out.dtype), out)
+    return out
+
+
+def scatter_at(op: str, out: np.ndarray, targets: np.ndarray, values: np.ndarray) -> None:
+    """``out[targets] = op(out[targets], values)`` applied in order (repeated targets combine), in place."""
+    signed_zeros = op in ("maximum", "minimum") and is_float(out.dtype)
+    orig = out.copy() if signed_zeros else out
+    _ufunc(op, out.dtype).at(out, targets, values)
+    if signed_zeros:
+        # the sign of a zero result: max is +0 if any +0 took part, min is -0 if any -0 did
+        neg = op == "minimum"
+        took = (orig == 0) & (np.signbit(orig) == neg)
+        np.logical_or.at(took, targets, (values == 0) & (np.signbit(values) == neg))
+        zero = out == 0
+        out[zero & took] = -0.0 if neg else 0.0
+        out[zero & ~took] = 0.0 if neg else -0.0
+
+
 @semantics("reduce", kind="reduce")
 def _reduce(node: Node, args: Arrays, interp: Interpreter) -> Arrays:
     """results = fold(body, init_values, operands along ``dimensions``)"""
@@ -54,12 +91,11 @@ def _reduce(node: Node, args: Arrays, interp: Interpreter) -> Arrays:
     op = simple_combiner(body) if n == 1 else None
     if op is not None:
         x = compute(operands[0])
-        fn = _ufunc(op, x.dtype)
         init = compute(inits[0])
         if op == "add" and x.dtype.kind == "f":
             total = np.add.reduce(x.astype(np.float64), axis=dims) + init.astype(np.float64)
             return [to(node.outputs[0], total.astype(np.float32) if x.dtype == np.float32 else total)]
-        return [to(node.outputs[0], fn(init, fn.reduce(x, axis=dims)) if x.size else
+        return [to(node.outputs[0], combine(op, init, reduce_array(op, x, dims)) if x.size else
                    np.broadcast_to(init, node.outputs[0].type.shape))]
     return _fold(node, body, operands, inits, dims, interp)
 
@@ -122,11 +158,10 @@ def _reduce_window(node: Node, args: Arrays, interp: Interpreter) -> Arrays:
     body = node.regions[0]
     op = simple_combiner(body) if n == 1 else None
     if op is not None:
-        fn = _ufunc(op, views[0][0].dtype if views[0] else compute(inits[0]).dtype)
         # NOTE: window elements combine one at a time in fp32, in window order (as XLA does for cumsum)
         acc = np.broadcast_to(compute(inits[0]), out_shape)
         for v in views[0]:
-            acc = fn(acc, v)
+            acc = combine(op, acc, v)
         return [to(node.outputs[0], acc)]
     accs = [np.broadcast_to(compute(i), out_shape) for i in inits]
     for k in range(len(views[0])):
@@ -174,8 +209,7 @@ def _select_and_scatter(node: Node, args: Arrays, interp: Interpreter) -> Arrays
     op = simple_combiner(scatter)
     if op is not None:
         acc = compute(result).ravel()
-        fn = _ufunc(op, acc.dtype)
-        fn.at(acc, flat[valid], compute(src)[valid])
+        scatter_at(op, acc, flat[valid], compute(src)[valid])
         return [to(node.out, acc.reshape(operand.shape))]
     acc = result.ravel()
     for i in np.flatnonzero(valid):
