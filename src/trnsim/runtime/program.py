@@ -17,6 +17,7 @@ from typing import Any, cast
 from trnsim.compiler.api import COMPILER_VERSION, CompiledProgram
 from trnsim.compiler.lowering import Plan
 from trnsim.compiler.options import CompileOptions
+from trnsim.compiler.pipeline import PassRecord
 from trnsim.errors import ArtifactError
 from trnsim.ir.serialize import graph_from_json, graph_to_json
 from trnsim.runtime.artifact import (
@@ -85,6 +86,8 @@ def from_artifact(art: Artifact, where: str) -> CompiledProgram:
         graph_data = json.loads(art.section("program.json"))
         plan_data = json.loads(art.section("plan.json"))
         options = CompileOptions(**meta["options"])
+        # NOTE: pass names and node counts come back (not their times): a loaded program saves to the same bytes
+        passes = [PassRecord(str(name), 0.0, int(nodes), {}) for name, nodes in meta.get("passes", [])]
     except (ValueError, TypeError, KeyError) as exc:
         raise ArtifactError(f"the artifact's metadata is malformed: {exc}", where=where,
                             hint="recompile it with `trnsim compile ...`") from exc
@@ -98,7 +101,7 @@ def from_artifact(art: Artifact, where: str) -> CompiledProgram:
     if len(plan.steps) and max(max(s.nodes, default=0) for s in plan.steps) >= len(graph.nodes):
         raise ArtifactError("the plan refers to nodes the program does not have", where=where,
                             hint="recompile it with `trnsim compile ...`")
-    return CompiledProgram(graph, art.target, options, str(meta.get("source_hash", "")), [],
+    return CompiledProgram(graph, art.target, options, str(meta.get("source_hash", "")), passes,
                            dict(meta.get("shardings", {})), plan)
 
 
