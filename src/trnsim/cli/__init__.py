@@ -31,6 +31,9 @@ COMMANDS: dict[str, str] = {
     "report": "trnsim.cli.report",
     "cache": "trnsim.cli.cache",
     "conformance": "trnsim.cli.conformance",
+    "compile": "trnsim.cli.compile",
+    "run": "trnsim.cli.compile",
+    "inspect": "trnsim.cli.compile",
 }
 
 EPILOG = """examples:
@@ -44,6 +47,10 @@ EPILOG = """examples:
   trnsim claims
   trnsim report --model llama3-70b --tokens 15T -o report.html
   trnsim profile --example matmul --m 1024 --k 1024 --n 1024
+  trnsim compile model.mlir -o model.neff --auto-cast matmul --auto-cast-type mxfp6
+  trnsim run model.neff --inputs in.npz --trace trace.json
+  trnsim inspect model.neff
+  trnsim cache warm examples/gpt.py --jobs 2
   trnsim demo
 
 """ + help_text()
