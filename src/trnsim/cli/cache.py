@@ -1,7 +1,7 @@
-"""``trnsim cache``: list, summarise and clear the compile cache (``TRNSIM_CACHE_URL``, or ``--url``).
+"""``trnsim cache``: list, summarise, clear and warm the compile cache (``TRNSIM_CACHE_URL``, or ``--url``).
 
 Each subcommand is one row of ``SUBCOMMANDS`` (help, example, its own arguments, handler); every one gets
-``--url`` and ``--json``. A new one (``warm``, from the compiler) is a function pair and a row.
+``--url`` and ``--json``. ``warm`` (``trnsim.runtime.warm``) pre-compiles programs in worker processes.
 """
 
 from __future__ import annotations
@@ -99,6 +99,67 @@ def cmd_clear(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_warm(args: argparse.Namespace) -> int:
+    from trnsim.cli.compile import compile_options
+    from trnsim.runtime.warm import WarmResult, collect, default_workers, warm
+
+    cache = open_cache(args)
+    jobs = collect(args.files, compile_options(args))
+    workers = args.jobs or min(default_workers(), len(jobs))
+    start = time.perf_counter()
+    with _WarmProgress(len(jobs), enabled=not args.json) as bar:
+        results: list[WarmResult] = warm(jobs, target=args.target, url=cache.url, workers=workers,
+                                         on_result=bar.advance)
+    wall = time.perf_counter() - start
+    counts = {s: sum(r.status == s for r in results) for s in ("compiled", "cached", "failed")}
+    if args.json:
+        print_json({"url": cache.url, "workers": workers, "seconds": wall, **counts,
+                    "programs": [asdict(r) for r in results]})
+        return 1 if counts["failed"] else 0
+    rows = [[r.name, "FAILED" if r.status == "failed" else
+             {"compiled": "compiled", "cached": "already cached"}[r.status], f"{r.seconds:.2f} s",
+             r.error or (r.key[:16] + "…")] for r in results]
+    print_table(f"trnsim cache warm: {len(jobs)} programs for {args.target} into {cache.url}",
+                ["program", "result", "time", "key / error"], rows,
+                caption=f"{counts['compiled']} compiled, {counts['cached']} already cached, {counts['failed']} failed "
+                        f"in {wall:.1f} s on {workers} worker process{'es' if workers > 1 else ''}")
+    return 1 if counts["failed"] else 0
+
+
+class _WarmProgress:
+    """A rich progress bar on stderr (programs done of total), or nothing."""
+
+    def __init__(self, total: int, *, enabled: bool) -> None:
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.bar = Progress(TextColumn("warming the compile cache"), BarColumn(), MofNCompleteColumn(),
+                            TimeElapsedColumn(), TextColumn("{task.description}"),
+                            console=Console(stderr=True), transient=True, disable=not enabled)
+        self.task = self.bar.add_task("", total=total)
+
+    def __enter__(self) -> _WarmProgress:
+        self.bar.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.bar.stop()
+
+    def advance(self, result: object) -> None:
+        name = getattr(result, "name", "")
+        self.bar.update(self.task, advance=1, description=f"{name}: {getattr(result, 'status', '')}")
+
+
+def _warm_arguments(parser: argparse.ArgumentParser) -> None:
+    from trnsim.cli.compile import add_compile_options
+
+    parser.add_argument("files", nargs="+", metavar="FILE",
+                        help="StableHLO modules (.mlir, .mlirbc) and Python scripts defining trnsim_programs()")
+    parser.add_argument("--jobs", "-j", type=int, default=0,
+                        help="worker processes (default: one per CPU, at most one per program)")
+    add_compile_options(parser)
+
+
 def _ls_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--full", action="store_true", help="show whole keys (64 hex digits)")
 
@@ -111,6 +172,15 @@ SUBCOMMANDS: dict[str, Subcommand] = {
                        "example:\n  trnsim cache stat --url file:///shared/trnsim-cache", cmd_stat),
     "clear": Subcommand("delete every entry (programs are recompiled when next needed)",
                         "example:\n  trnsim cache clear", cmd_clear),
+    "warm": Subcommand("pre-compile modules, or a script's trnsim_programs(), in parallel worker processes",
+                       "examples:\n  trnsim cache warm examples/gpt.py --jobs 2\n"
+                       "  trnsim cache warm model.mlir other.mlirbc --auto-cast matmul --auto-cast-type mxfp6\n"
+                       "  trnsim cache warm *.mlir --url file:///shared/trnsim-cache\n\n"
+                       "A script defines trnsim_programs() returning a list of (name, module) or (name, module,\n"
+                       "options): a module is StableHLO text or bytecode, jax.jit(f).lower(...) or an Exported;\n"
+                       "options are trnsim.compile keywords (those given here override them). Each program is\n"
+                       "compiled once into the cache; one already there is counted as already cached.",
+                       cmd_warm, _warm_arguments),
 }
 
 
@@ -121,7 +191,7 @@ def register(subparsers: SubParsers) -> None:
         description="The compile cache, at TRNSIM_CACHE_URL (any fsspec URL: a folder, file://, memory://, "
                     "s3:// with s3fs) or --url.",
         epilog="examples:\n  trnsim cache ls\n  trnsim cache stat --json\n  trnsim cache clear --url "
-               "file:///tmp/trnsim-cache",
+               "file:///tmp/trnsim-cache\n  trnsim cache warm examples/gpt.py --jobs 2",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.set_defaults(handler=_help_of(parser))
     sub = parser.add_subparsers(dest="cache_command", metavar="SUBCOMMAND")
