@@ -246,15 +246,17 @@ def test_dot_general(t: str, batch: int, data: st.DataObject) -> None:
     # NOTE: k = 0 (an empty contraction) aborts the reference interpreter
     m, k, n = data.draw(st.integers(1, 4)), data.draw(st.integers(1, 5)), data.draw(st.integers(1, 4))
     lhs_t = data.draw(st.booleans())   # contracting dim first or last on the lhs
-    lshape = (*b, k, m) if lhs_t else (*b, m, k)
-    rshape = (*b, k, n)
+    ms = (m,) if data.draw(st.booleans()) else ()     # no free dim: a vector operand (a scalar result)
+    ns = (n,) if data.draw(st.booleans()) else ()
+    lshape = (*b, k, *ms) if lhs_t else (*b, *ms, k)
+    rshape = (*b, k, *ns)
     x = data.draw(arrays(t, lshape, small_ints(t)))
     y = data.draw(arrays(t, rshape, small_ints(t)))
     nb = len(b)
     dn = (f"#stablehlo.dot<lhs_batching_dimensions = [{', '.join(map(str, range(nb)))}], "
           f"rhs_batching_dimensions = [{', '.join(map(str, range(nb)))}], "
-          f"lhs_contracting_dimensions = [{nb if lhs_t else nb + 1}], rhs_contracting_dimensions = [{nb}]>")
-    out = ttype((*b, m, n), t)
+          f"lhs_contracting_dimensions = [{nb if lhs_t else nb + len(ms)}], rhs_contracting_dimensions = [{nb}]>")
+    out = ttype((*b, *ms, *ns), t)
     lt, rt = ttype(lshape, t), ttype(rshape, t)
     body = _op("dot_general", ["%a0", "%a1"], [lt, rt], out, f"{{dot_dimension_numbers = {dn}}}")
     check(module([(lshape, t), (rshape, t)], body, [("%r", out)]), [x, y], [t, t])

@@ -128,6 +128,8 @@ class _Importer:
                 return [vmap[v] for v in o.operands]
             if name == "func.call":
                 outs = self.inline(o, vmap, nodes)
+            elif name == "stablehlo.composite":      # its decomposition is its meaning: inline it
+                outs = self.inline(o, vmap, nodes, callee_attr="decomposition")
             elif name == "stablehlo.custom_call" and self.collect_checks and \
                     _str_attr(o.attributes["call_target_name"]).startswith("check."):
                 outs = self.check(o, vmap, nodes)
@@ -137,8 +139,11 @@ class _Importer:
                 vmap[r] = v
         raise CompileError("a block has no terminator", where=self.where)
 
-    def inline(self, o: Any, vmap: dict[Any, Value], nodes: list[Node]) -> list[Value]:
-        callee_name = str(o.attributes["callee"]).lstrip("@")
+    def inline(self, o: Any, vmap: dict[Any, Value], nodes: list[Node], callee_attr: str = "callee") -> list[Value]:
+        if callee_attr not in o.attributes:
+            raise CompileError(f"`{o.name}` has no `{callee_attr}` function", where=self.loc(o),
+                               hint="the module is malformed")
+        callee_name = str(o.attributes[callee_attr]).lstrip("@")
         where = self.loc(o)
         if callee_name == self.lift:
             return self.lift_call(callee_name, o, where)
@@ -202,6 +207,8 @@ class _Importer:
             attrs[key] = convert_attribute(key, o.attributes[key], where)
         if o.name == "sdy.sharding_constraint":
             attrs = {"call_target_name": "Sharding", "sharding": attrs.get("sharding", "")}
+        if op == "custom_call":
+            _check_custom_call(str(attrs.get("call_target_name", "")), where)
         regions: list[Graph] = []
         for region in o.regions:
             block = region.blocks[0]
@@ -214,6 +221,18 @@ class _Importer:
         node = Node.make(op, inputs, out_types, attrs, regions, where)
         nodes.append(node)
         return node.outputs
+
+
+def _check_custom_call(target: str, where: str) -> None:
+    """Reject a custom_call target trnsim cannot run now, at compile time, not when the program runs."""
+    from trnsim.ir.semantics.control import CUSTOM_CALLS
+
+    if target not in CUSTOM_CALLS:
+        raise UnsupportedError(
+            f"custom_call target `{target}` is not supported", where=where,
+            hint=f"trnsim runs these custom_calls: {', '.join(sorted(CUSTOM_CALLS))}; a library call (LAPACK, "
+                 "cuDNN) needs the plain-JAX form of the computation (for example jnp ops instead of "
+                 "jnp.linalg)")
 
 
 def _str_attr(a: Any) -> str:
@@ -274,6 +293,7 @@ _BY_NAME: dict[str, Callable[[Any], Any]] = {
     "transpose_a": _enum("TransposeAttr"),
     "fft_type": _enum("FftTypeAttr"),
     "rng_algorithm": _enum("RngAlgorithmAttr"),
+    "rng_distribution": _enum("RngDistributionAttr"),
     "precision_config": lambda a: tuple(str(x).rstrip(">").split()[-1] for x in a),
 }
 

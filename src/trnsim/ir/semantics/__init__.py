@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from importlib import import_module
 
-MODULES = ("control", "elementwise", "indexing", "linalg", "quant", "reduce", "shape", "sort")
+MODULES = ("control", "elementwise", "indexing", "legacy", "linalg", "quant", "reduce", "shape", "sort")
 
 
 def load_all() -> None:

@@ -142,3 +142,23 @@ def _rng_bit_generator(node: Node, args: Arrays, interp: Interpreter) -> Arrays:
         new_words[-1] = new_words[-1] + np.uint32(blocks)
     new_state = new_words.view(state.dtype).reshape(state.shape)
     return [new_state, bits.view(out_t.np_dtype).reshape(out_t.shape)]
+
+
+@semantics("rng", kind="random")
+def _rng(node: Node, args: Arrays, interp: Interpreter) -> Arrays:
+    """result = random numbers of the result shape: UNIFORM in [a, b) (integers too), NORMAL with mean a and
+    standard deviation b; deterministic (seeded by the op's location), as the spec leaves the stream open"""
+    import zlib
+
+    a, b = (np.asarray(x).astype(np.float64) for x in args[:2])
+    t = node.out.type
+    rng = np.random.Generator(np.random.Philox(zlib.crc32(f"{node.loc}|{t}".encode())))
+    if str(node.attrs.get("rng_distribution", "UNIFORM")).endswith("NORMAL"):
+        values = rng.normal(a, b, t.shape)
+    elif t.dt.is_float:
+        values = a + (b - a) * rng.random(t.shape)
+        values = np.where(values >= b, a, values)       # rounding must not reach b
+    else:
+        lo, hi = int(a), int(b)
+        values = rng.integers(lo, hi, t.shape) if hi > lo else np.full(t.shape, lo)
+    return [values.astype(np.float32).astype(t.np_dtype) if t.dt.is_float else values.astype(t.np_dtype)]

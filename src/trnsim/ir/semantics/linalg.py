@@ -39,7 +39,7 @@ def dot_general_arrays(lhs: np.ndarray, rhs: np.ndarray, dims: dict[str, tuple[i
     k = prod(lhs.shape[d] for d in lc)
     a = np.transpose(lhs, [*lb, *lf, *lc]).reshape(prod(batch), prod(m), k)
     b = np.transpose(rhs, [*rb, *rc, *rf]).reshape(prod(batch), k, prod(n))
-    return np.matmul(a, b).reshape(*batch, *m, *n)
+    return np.matmul(a, b).reshape((*batch, *m, *n))
 
 
 @semantics("dot_general", kind="matmul")
@@ -123,3 +123,47 @@ def _triangular_solve(node: Node, args: Arrays, interp: Interpreter) -> Arrays:
     else:
         x = np.swapaxes(np.linalg.solve(np.swapaxes(tri, -1, -2), np.swapaxes(b, -1, -2)), -1, -2)
     return [to(node.out, x)]
+
+
+@semantics("dot", kind="matmul")
+def _dot(node: Node, args: Arrays, interp: Interpreter) -> Arrays:
+    """(legacy) result = lhs · rhs contracting lhs's last dim with rhs's first (vector or matrix operands)"""
+    lhs, rhs = (_acc(a) for a in args)
+    if lhs.dtype != rhs.dtype:
+        common = np.result_type(lhs, rhs)
+        lhs, rhs = lhs.astype(common), rhs.astype(common)
+    dims = {"lhs_batching_dimensions": (), "rhs_batching_dimensions": (),
+            "lhs_contracting_dimensions": (lhs.ndim - 1,), "rhs_contracting_dimensions": (0,)}
+    return [to(node.out, dot_general_arrays(lhs, rhs, dims))]
+
+
+@semantics("einsum", "unary_einsum", kind="matmul")
+def _einsum(node: Node, args: Arrays, interp: Interpreter) -> Arrays:
+    """(legacy) result = einsum(einsum_config, operands...) with fp32 (floats) or 64-bit (integers) accumulation"""
+    operands = [_acc(a) for a in args]
+    if len(operands) == 2 and operands[0].dtype != operands[1].dtype:
+        common = np.result_type(*operands)
+        operands = [x.astype(common) for x in operands]
+    config = str(node.attrs["einsum_config"]).replace(" ", "")
+    return [to(node.out, np.einsum(config, *operands))]
+
+
+@semantics("cholesky", kind="matmul")
+def _cholesky(node: Node, args: Arrays, interp: Interpreter) -> Arrays:
+    """result = L with a = L·Lᵀ (lower) or U with a = Uᵀ·U (upper), from that triangle of each matrix of a
+    (batched over the leading dims); the other triangle is zero, a matrix that is not positive definite
+    gives NaN (implementation-defined in the spec)"""
+    a = compute(args[0]).astype(np.float64)
+    lower = bool(node.attrs.get("lower", False))
+    n = a.shape[-1]
+    flat = a.reshape(-1, n, n)
+    out = np.full(flat.shape, np.nan)
+    for i, m in enumerate(flat):
+        tri = np.tril(m) if lower else np.triu(m)
+        sym = tri + np.swapaxes(tri, -1, -2) - np.diag(np.diag(m))
+        try:
+            factor = np.linalg.cholesky(sym)          # lower
+        except np.linalg.LinAlgError:
+            continue
+        out[i] = factor if lower else factor.T
+    return [to(node.out, out.reshape(a.shape))]
