@@ -57,6 +57,7 @@ DTYPES: dict[str, DType] = {d.name: d for d in (
     _t("f4E2M1FN", ml_dtypes.float4_e2m1fn, "float", 4),
     _t("f8E8M0FNU", ml_dtypes.float8_e8m0fnu, "float", 8),
     _t("i1", np.bool_, "bool", 1),
+    _t("i2", ml_dtypes.int2, "signed", 2, "emulated"),
     _t("i4", ml_dtypes.int4, "signed", 4),
     _t("i8", np.int8, "signed", 8),
     _t("i16", np.int16, "signed", 16),
@@ -64,6 +65,7 @@ DTYPES: dict[str, DType] = {d.name: d for d in (
     # NOTE: 64-bit integers appear in JAX programs as indices and shapes; the Neuron compiler emulates them
     # with 32-bit pairs, so they are exact here too.
     _t("i64", np.int64, "signed", 64, "emulated"),
+    _t("ui2", ml_dtypes.uint2, "unsigned", 2, "emulated"),
     _t("ui4", ml_dtypes.uint4, "unsigned", 4),
     _t("ui8", np.uint8, "unsigned", 8),
     _t("ui16", np.uint16, "unsigned", 16),

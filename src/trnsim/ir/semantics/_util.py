@@ -94,3 +94,27 @@ def ieee_min(a: np.ndarray, b: np.ndarray) -> np.ndarray:
         if np.any(zeros):
             out = np.where(zeros, np.where(np.signbit(a) | np.signbit(b), -0.0, 0.0).astype(out.dtype), out)
     return out
+
+
+def type_bits(dt: np.dtype) -> int:
+    """The width of an element type in bits (4 for int4, though numpy stores it in a byte)."""
+    from trnsim.ir.types import dtype_of_numpy
+
+    return dtype_of_numpy(dt).bits if dt in NARROW_INTS else dt.itemsize * 8
+
+
+def bit_pattern(x: np.ndarray) -> tuple[np.ndarray, int]:
+    """(the two's-complement bits of each element as uint64, the type's width): int4 -1 is 0b1111, not 0xFF."""
+    bits = type_bits(x.dtype)
+    c = compute(x)
+    u = c.view(np.dtype(f"u{c.dtype.itemsize}")).astype(np.uint64)
+    if bits < 64:
+        u = u & np.uint64((1 << bits) - 1)
+    return u, bits
+
+
+def int_range(dt: np.dtype) -> tuple[int, int]:
+    """(min, max) of an integer type, sub-byte types included."""
+    bits = type_bits(dt)
+    signed = dt.kind == "i" or (dt in NARROW_INTS and NARROW_INTS[dt].kind == "i")
+    return (-(1 << (bits - 1)), (1 << (bits - 1)) - 1) if signed else (0, (1 << bits) - 1)

@@ -14,7 +14,7 @@ import numpy as np
 from trnsim.ir.graph import Node
 from trnsim.ir.interp import Interpreter
 from trnsim.ir.rules import semantics
-from trnsim.ir.semantics._util import compute, ieee_max, ieee_min, int_bits, is_float, precise, to
+from trnsim.ir.semantics._util import bit_pattern, compute, ieee_max, ieee_min, int_range, is_float, precise, to
 
 Arrays = list[np.ndarray]
 
@@ -104,18 +104,15 @@ def _not(node: Node, args: Arrays, interp: Interpreter) -> Arrays:
 
 @semantics("popcnt", kind="elementwise")
 def _popcnt(node: Node, args: Arrays, interp: Interpreter) -> Arrays:
-    """result = number of bits set in x"""
-    x = compute(args[0])
-    # NOTE: np.bitwise_count counts the bits of |x| for signed types; count the two's-complement bits
-    return [to(node.out, np.bitwise_count(x.view(np.dtype(f"u{x.dtype.itemsize}")) if x.dtype.kind == "i" else x))]
+    """result = number of bits set in x (its two's-complement bits, within the type's width)"""
+    u, _ = bit_pattern(args[0])
+    return [to(node.out, np.bitwise_count(u).astype(np.int64))]
 
 
 @semantics("count_leading_zeros", kind="elementwise")
 def _clz(node: Node, args: Arrays, interp: Interpreter) -> Arrays:
-    """result = number of leading zero bits of x (bits for x = 0)"""
-    x = compute(args[0])
-    bits = int_bits(x.dtype)
-    u = x.view(np.dtype(f"u{x.dtype.itemsize}")).astype(np.uint64)
+    """result = number of leading zero bits of x within the type's width (the width for x = 0)"""
+    u, bits = bit_pattern(args[0])
     length = np.zeros(u.shape, np.int64)
     for shift in (32, 16, 8, 4, 2, 1):
         if shift >= bits:
@@ -244,22 +241,25 @@ def _power(node: Node, args: Arrays, interp: Interpreter) -> Arrays:
 
 def _shift(kind: str) -> Callable[..., Arrays]:
     def evaluate(node: Node, args: Arrays, interp: Interpreter) -> Arrays:
-        a, s = compute(args[0]), compute(args[1])
-        a, s = np.broadcast_arrays(a, s)
-        bits = int_bits(a.dtype)
-        udt = np.dtype(f"u{a.dtype.itemsize}")
-        amount = s.view(udt) if s.dtype.kind == "i" else s
+        a, s = np.broadcast_arrays(args[0], args[1])
+        ua, bits = bit_pattern(a)
+        amount, _ = bit_pattern(s)                       # the amount is read as unsigned
         valid = amount < bits
-        amt = np.where(valid, amount, 0).astype(udt)
+        amt = np.where(valid, amount, 0).astype(np.uint64)
         if kind == "left":
-            out = np.where(valid, (a.view(udt) << amt).view(a.dtype), 0)
+            out = np.where(valid, ua << amt, 0)
         elif kind == "logical":
-            out = np.where(valid, (a.view(udt) >> amt).view(a.dtype), 0)
+            out = np.where(valid, ua >> amt, 0)
         else:
-            sdt = np.dtype(f"i{a.dtype.itemsize}")
-            signed = a.view(sdt)
-            out = np.where(valid, signed >> amt.astype(sdt), np.where(signed < 0, -1, 0)).astype(sdt).view(a.dtype)
-        return [to(node.out, out)]
+            signed = compute(a).astype(np.int64)         # sign-extended
+            out = np.where(valid, signed >> amt.astype(np.int64), np.where(signed < 0, -1, 0))
+        # wrap the low ``bits`` bits into the result type (sign-extending signed types)
+        out = np.asarray(out).astype(np.uint64) & np.uint64((1 << bits) - 1 if bits < 64 else ~0 & (2**64 - 1))
+        lo, _ = int_range(a.dtype)
+        wide = out.astype(np.int64) if bits < 64 else out.view(np.int64)
+        if lo < 0 and bits < 64:
+            wide = np.where(wide >= (1 << (bits - 1)), wide - (1 << bits), wide)
+        return [to(node.out, wide if lo < 0 else (out if bits == 64 else wide))]
 
     evaluate.__doc__ = f"result = shift {kind}; shifts by >= the bit width give 0 (arithmetic: the sign)"
     return evaluate
@@ -330,13 +330,13 @@ def _convert(node: Node, args: Arrays, interp: Interpreter) -> Arrays:
 
 def _float_to_int(x: np.ndarray, odt: np.dtype) -> np.ndarray:
     idt = compute(np.zeros(0, odt)).dtype               # int4 → int8
-    info = np.iinfo(idt)
+    lo, hi = int_range(odt)                             # the type's own range (int4: -8..7)
     f = np.trunc(x.astype(np.float64))
     f = np.where(np.isnan(f), 0.0, f)
-    too_big = f >= float(2 ** (info.bits - 1 if info.min < 0 else info.bits))
-    too_small = f < float(info.min)
+    too_big = f >= float(hi) + 1.0
+    too_small = f < float(lo)
     safe = np.where(too_big | too_small, 0.0, f).astype(idt)
-    result = np.where(too_big, info.max, np.where(too_small, info.min, safe)).astype(idt)
+    result = np.where(too_big, hi, np.where(too_small, lo, safe)).astype(idt)
     return result.astype(odt)
 
 
