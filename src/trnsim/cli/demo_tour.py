@@ -1,20 +1,16 @@
-"""``trnsim demo``: the main job. For now a short tour — the hardware side by side, what the low-precision
-formats do to real-looking tensors, a kernel on a simulated NeuronCore, and a training job at cluster scale.
-Every number is computed here, from the presets, the emulated formats, the simulator and the estimator."""
+"""``trnsim demo --tour``: a short tour — the hardware side by side, what the low-precision formats do to
+real-looking tensors, a kernel on a simulated NeuronCore, and a training job at cluster scale. Every number is
+computed here, from the presets, the emulated formats, the simulator and the estimator. (``trnsim demo``
+without ``--tour`` is the main job: ``trnsim.cli.demo``.)"""
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 import trnsim.numerics as tn
 from trnsim.cli._output import console, print_table
-
-if TYPE_CHECKING:
-    from trnsim.cli._output import SubParsers
 
 DEMO_TARGETS = ("trn3", "trn3-aws", "trn2", "h200", "b200")
 
@@ -126,7 +122,7 @@ def cluster_tour() -> None:
                 caption="`trnsim plan` searches layouts; `trnsim validate` checks the model against published runs")
 
 
-def cmd_demo(args: argparse.Namespace) -> int:
+def run_tour(seed: int = 0) -> int:
     from trnsim.cli import main
 
     out = console()
@@ -135,20 +131,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
     if status:
         return status
     out.rule("bit-exact low-precision numerics")
-    formats_tour(args.seed)
+    formats_tour(seed)
     out.rule("a kernel on a simulated NeuronCore")
-    kernel_tour(args.seed)
+    kernel_tour(seed)
     out.rule("a training job at cluster scale")
     cluster_tour()
     out.print("\nNext: `trnsim hw show trn3`, `trnsim numerics formats`, `trnsim fabric --chips 64`, "
               "`trnsim plan --model llama3-70b --chips 1024`, `trnsim profile --example matmul`")
     return 0
-
-
-def register(sub: SubParsers) -> None:
-    p = sub.add_parser("demo", help="a short tour: hardware, numerics, a kernel, a cluster estimate",
-                       description="A short tour of trnsim: the chips side by side, the number formats, a kernel "
-                                   "on a simulated NeuronCore, and a training job at cluster scale.",
-                       epilog="example: trnsim demo")
-    p.add_argument("--seed", type=int, default=0, help="seed for the demo tensors")
-    p.set_defaults(handler=cmd_demo)
