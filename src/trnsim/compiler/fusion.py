@@ -40,13 +40,41 @@ def _fusible(node: Node) -> bool:
 def fuse(graph: Graph, ctx: PassContext) -> Graph:
     groups: list[Group] = []
     group_of: dict[int, Group] = {}          # value id → the group that produces it
+    # NOTE: a view of constants or parameters only (a broadcast scalar, a bias row) waits for its first
+    # consumer and joins that consumer's group; as a group of its own, created after its consumer's producers,
+    # it would make the consumer start a new group and split the chain (or the matmul epilogue) it belongs to.
+    pending: dict[int, Node] = {}
+
+    def add(node: Node, group: Group) -> None:
+        group.nodes.append(node)
+        node.attrs["_group"] = group.gid
+        for v in node.outputs:
+            group_of[v.id] = group
+
+    def new_group(kind: str) -> Group:
+        groups.append(Group(len(groups), kind))
+        return groups[-1]
+
+    def place(vid: int, group: Group | None) -> None:
+        node = pending.pop(vid, None)
+        if node is None:
+            return
+        target = group or new_group("fused")
+        for v in node.inputs:
+            place(v.id, target)
+        add(node, target)
+
     for node in graph.nodes:
         if node.op == "constant":
             node.attrs["_group"] = -1
             continue
         producers = [group_of[v.id] for v in node.inputs if v.id in group_of]
+        if node.op in _VIEW and not producers and not node.regions and len(node.outputs) == 1:
+            pending[node.out.id] = node
+            continue
+        fusible = _fusible(node)
         target: Group | None = None
-        if _fusible(node) and producers:
+        if fusible and producers:
             for g in sorted({g.gid: g for g in producers}.values(), key=lambda g: -g.gid):
                 if len(g.nodes) >= MAX_GROUP:
                     continue
@@ -57,14 +85,17 @@ def fuse(graph: Graph, ctx: PassContext) -> Graph:
                 if all(p is g or p.gid < g.gid for p in producers):
                     target = g
                     break
+        if not fusible:
+            for v in node.inputs:
+                place(v.id, None)
         if target is None:
-            kind = "fused" if _fusible(node) else lookup(node.op, where=node.loc).kind
-            target = Group(len(groups), kind)
-            groups.append(target)
-        target.nodes.append(node)
-        node.attrs["_group"] = target.gid
-        for v in node.outputs:
-            group_of[v.id] = target
+            target = new_group("fused" if fusible else lookup(node.op, where=node.loc).kind)
+        if fusible:
+            for v in node.inputs:
+                place(v.id, target)
+        add(node, target)
+    for vid in list(pending):
+        place(vid, None)
     for g in groups:
         for n in g.nodes:
             n.attrs["_kind"] = g.kind

@@ -62,7 +62,8 @@ class JittedFunction:
             self.programs[key] = entry
             self.compiles += 1
         program, out_tree = entry
-        arrays = [np.asarray(x) for x in leaves]
+        # NOTE: as jax.jit does, Python scalars and 64-bit arrays take the dtypes the program was lowered with
+        arrays = [np.asarray(x, dtype=t.np_dtype) for x, t in zip(leaves, program.input_types, strict=True)]
         outputs = program.run(*arrays, timing=self.timing)
         self.last_program = program
         self.last_profile = program.last_profile
