@@ -184,10 +184,13 @@ def tensor_engine_seconds(m: Machine, batch: int, rows_m: int, k: int, n: int, r
 OUT_NAME = {"f32": "fp32", "bf16": "bf16", "f16": "fp16"}
 
 
-def matmul_cost(m: Machine, node: Node, epilogue: list[Node], cost: StepCost, external: list[Value],
-                outputs: list[Value]) -> None:
+def matmul_cost(m: Machine, node: Node, prologue: list[Node], epilogue: list[Node], cost: StepCost,
+                external: list[Value], outputs: list[Value]) -> None:
     """A dot_general/convolution as ``matmul_kernel`` (timed by the instruction-level model, see
-    ``kernel_timing``) when TensorE takes its operand format; otherwise the analytic tile model."""
+    ``kernel_timing``) when TensorE takes its operand format; otherwise the analytic tile model. The prologue
+    (casts, quantization, pruning of an operand) runs on VectorE as the operand's tiles load; the epilogue on
+    ScalarE/VectorE as PSUM is evacuated. HBM traffic: the kernel's, with the operands read in their source
+    type, plus other inputs of the epilogue and the outputs used outside the step."""
     from trnsim.compiler.kernel_timing import matmul_time
 
     batch, rows_m, k, n = conv_dims(node) if node.op == "convolution" else matmul_dims(node)
@@ -198,15 +201,28 @@ def matmul_cost(m: Machine, node: Node, epilogue: list[Node], cost: StepCost, ex
     sparsity = node.attrs.get("sparse")
     cost.flops += 2.0 * batch * rows_m * k * n
     cost.operand_dtype = name or fmt
-    other = sum(v.type.nbytes for v in external if v not in node.inputs)
+    produced_here = {v.id for p in prologue for v in p.outputs}
+    operands = [v for v in node.inputs if v.id not in produced_here]
+    sources = [v for p in prologue for v in p.inputs if v.id not in produced_here]
+    # bytes the kernel's operand reads would move in the operands' own types, and what they really are
+    operand_bytes_kernel = sum(v.type.nbytes for v in node.inputs[:2])
+    operand_bytes_real = sum(v.type.nbytes for v in (*operands, *sources))
+    other = sum(v.type.nbytes for v in external if v not in node.inputs and v not in sources)
     out_bytes = sum(v.type.nbytes for v in outputs if v is not node.out)
+    kernel_out = node.out.type.nbytes if any(v is node.out for v in outputs) or not epilogue else 0
+    for p in prologue:
+        if p.op in FREE_VIEWS:
+            continue
+        cost.add("vector", engine_op_seconds(m, "vector", p.out.type.size, p.out.type.dtype, TILE_F_MAX),
+                 tile_instructions(m, p.out.type.size, TILE_F_MAX))
     if name is not None and name in m.core.tensor.rate and min(rows_m, k, n) > 0:
         kt = matmul_time(m.target, batch * rows_m, k, n, name, sparsity, OUT_NAME.get(node.out.type.dtype, "fp32"))
         for engine, seconds in kt.busy.items():
             cost.add(engine, seconds, 0)
         cost.instructions["kernel"] = cost.instructions.get("kernel", 0) + kt.instructions
         cost.min_seconds = kt.seconds
-        cost.dma_bytes += kt.hbm_bytes + other + out_bytes
+        kernel_io = kt.hbm_bytes - operand_bytes_kernel - node.out.type.nbytes    # scales, indices
+        cost.dma_bytes += max(kernel_io, 0) + operand_bytes_real + kernel_out + other + out_bytes
     else:
         rate = m.rate(fmt)
         sparse = m.core.tensor.sparse_multiplier.get(name or "bf16", 1.0) if sparsity else 1.0
@@ -220,8 +236,7 @@ def matmul_cost(m: Machine, node: Node, epilogue: list[Node], cost: StepCost, ex
         a, b = (v.type.nbytes for v in node.inputs[:2])
         half_sbuf = m.core.sbuf.bytes / 2
         small, large = min(a, b), max(a, b)
-        cost.dma_bytes += small + large * max(1, math.ceil(small / half_sbuf)) + other + \
-            sum(v.type.nbytes for v in outputs)
+        cost.dma_bytes += small + large * max(1, math.ceil(small / half_sbuf)) + other + kernel_out + out_bytes
     for e in epilogue:
         if e.op in FREE_VIEWS or e.op == "convert":
             continue

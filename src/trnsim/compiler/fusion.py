@@ -28,6 +28,15 @@ class Group:
     nodes: list[Node] = field(default_factory=list[Node])
 
 
+_TENSOR_OPS = ("dot_general", "convolution")
+_PROLOGUE = frozenset({"qdq", "prune", "convert", "reshape", "broadcast_in_dim", "transpose"})
+
+
+def _is_prologue(group: Group) -> bool:
+    """A small fused group that only converts, quantizes or prunes one operand of a matmul."""
+    return group.kind == "fused" and 0 < len(group.nodes) <= 4 and all(n.op in _PROLOGUE for n in group.nodes)
+
+
 def _fusible(node: Node) -> bool:
     if node.regions:
         return node.op == "reduce" and len(node.inputs) == 2 and simple_combiner(node.regions[0]) is not None
@@ -44,6 +53,12 @@ def fuse(graph: Graph, ctx: PassContext) -> Graph:
     # consumer and joins that consumer's group; as a group of its own, created after its consumer's producers,
     # it would make the consumer start a new group and split the chain (or the matmul epilogue) it belongs to.
     pending: dict[int, Node] = {}
+    uses: dict[int, int] = {}
+    for node in graph.nodes:
+        for v in node.inputs:
+            uses[v.id] = uses.get(v.id, 0) + 1
+    for v in graph.results:
+        uses[v.id] = uses.get(v.id, 0) + 1
 
     def add(node: Node, group: Group) -> None:
         group.nodes.append(node)
@@ -90,6 +105,14 @@ def fuse(graph: Graph, ctx: PassContext) -> Graph:
                 place(v.id, None)
         if target is None:
             target = new_group("fused" if fusible else lookup(node.op, where=node.loc).kind)
+        if node.op in _TENSOR_OPS:
+            for v in node.inputs:
+                g = group_of.get(v.id)
+                if g is not None and uses.get(v.id, 0) == 1 and _is_prologue(g):
+                    # the operand is quantized/pruned/cast as its tiles load: no trip through HBM
+                    for member in g.nodes:
+                        add(member, target)
+                    g.nodes.clear()
         if fusible:
             for v in node.inputs:
                 place(v.id, target)

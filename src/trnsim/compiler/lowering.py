@@ -154,8 +154,11 @@ def plan_graph(graph: Graph, ctx: PassContext, machine: costs.Machine) -> Plan:
         cost = costs.StepCost()
         kind = members[0].attrs.get("_kind", "fused")
         sub: list[Plan] = []
-        if members[0].op in ("dot_general", "convolution"):
-            costs.matmul_cost(machine, members[0], members[1:], cost, list(external.values()), outputs)
+        tensor_op = next((n for n in members if n.op in ("dot_general", "convolution")), None)
+        if tensor_op is not None:
+            at = members.index(tensor_op)
+            costs.matmul_cost(machine, tensor_op, members[:at], members[at + 1:], cost, list(external.values()),
+                              outputs)
         elif kind == "fused":
             costs.fused_cost(machine, members, cost, list(external.values()), outputs)
         elif kind == "control":
