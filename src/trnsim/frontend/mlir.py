@@ -86,7 +86,7 @@ def parse(source: Any) -> tuple[Any, str]:
 def _unwrap(source: Any) -> Any:
     """Text or bytes from a ``Lowered``, an ``Exported`` or an ``ir.Module``; anything else unchanged."""
     if hasattr(source, "compiler_ir") and callable(source.compiler_ir):   # jax.stages.Lowered
-        return source.as_text()
+        return source.as_text(debug_info=True)       # with Python source locations for errors and profiles
     if hasattr(source, "mlir_module_serialized"):                        # jax.export.Exported
         return bytes(source.mlir_module_serialized)
     if hasattr(source, "operation") and hasattr(source, "body"):          # an ir.Module
