@@ -17,7 +17,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from trnsim.cli._output import console, print_json, print_table
+from trnsim.cli._output import print_json, print_table
 from trnsim.conformance import FileResult, collect, run_file, summarize
 from trnsim.errors import ConfigError
 
@@ -87,16 +87,16 @@ def cmd_conformance(args: argparse.Namespace) -> int:
                     "failed": len(failed)})
         return 1 if failed else 0
     print_summary(results)
-    out = console()
-    listed = [r for r in results if not r.ok or (args.verbose and r.status != "passed")]
-    for r in listed:
-        tag = {"unsupported": "unsupported", "xfail": "expected failure"}.get(r.status, "FAILED")
-        tag = "FAILED" if not r.ok else tag
-        out.print(f"{tag}: {r.path}: {r.message}", markup=False)
+    # NOTE: plain print, not rich: one line per file however long, so it can be grepped
+    for r in results:
+        if not r.ok:
+            print(f"FAILED: {r.path}: {r.message}")
+        elif args.verbose and r.status != "passed":
+            print(f"{'expected failure' if r.status == 'xfail' else 'unsupported'}: {r.path}: {r.message}")
     passed = sum(r.status == "passed" for r in results)
-    out.print(f"{len(results)} files: {passed} passed, {sum(r.status == 'unsupported' and r.ok for r in results)} "
-              f"unsupported (out of scope), {sum(r.status == 'xfail' for r in results)} expected failures, "
-              f"{len(failed)} failed", markup=False)
+    unsupported = sum(r.status == "unsupported" and r.ok for r in results)
+    print(f"{len(results)} files: {passed} passed, {unsupported} unsupported (out of scope), "
+          f"{sum(r.status == 'xfail' for r in results)} expected failures, {len(failed)} failed")
     return 1 if failed else 0
 
 
@@ -124,7 +124,9 @@ def run_files(files: Sequence[Path], *, target: str = "trn3", jobs: int = 1, pro
 
 def _results(files: Sequence[Path], target: str, jobs: int) -> Iterator[FileResult]:
     if jobs > 1 and len(files) > 1:
-        ctx = multiprocessing.get_context("fork" if sys.platform == "linux" else None)
+        # NOTE: spawn, not fork: a process that has parsed MLIR holds LLVM's thread pool, and a forked child
+        # deadlocks in its next parse (seen with jaxlib 0.10.2)
+        ctx = multiprocessing.get_context("spawn")
         with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
             chunk = max(1, min(16, len(files) // (4 * jobs)))
             yield from pool.map(_run_one, files, [target] * len(files), chunksize=chunk)
