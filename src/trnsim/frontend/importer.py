@@ -55,6 +55,7 @@ class _Importer:
         self.shardings: dict[str, str] = {}
         self.funcs: dict[str, Any] = {}
         self.depth = 0
+        self.sites: list[str] = []          # file:line:col of the calls being inlined
         for op in module.body.operations:
             o = op.operation
             if o.name == "func.func":
@@ -66,7 +67,11 @@ class _Importer:
         m = _LOC.search(text)
         name = re.match(r'loc\("([^"]+)"\(', text)
         if m is None:
-            return f"{self.where} ({op.name})"
+            # NOTE: ops in outlined functions may carry only a name (loc("lu")): point at the call site
+            only = re.fullmatch(r'loc\("([^"]+)"\)', text)
+            label = f", {only.group(1)}" if only else ""
+            site = self.sites[-1] if self.sites else self.where
+            return f"{site} ({op.name}{label})"
         file = m.group(1)
         place = f"{self.where if file in ('-', '') else file}:{m.group(2)}:{m.group(3)}"
         return f"{place} ({op.name}{', ' + name.group(1) if name else ''})"
@@ -103,7 +108,14 @@ class _Importer:
         f = self.function(name, self.where)
         block = f.regions[0].blocks[0]
         where = self.loc(f)
-        params = [Value(self.tensor_type(a.type, where)) for a in block.arguments]
+        if not _LOC.search(str(f.location)):
+            # NOTE: JAX's debug info leaves functions at loc(unknown); the first op's source line is the
+            # nearest place to point at
+            first = next((op for op in block.operations if _LOC.search(str(op.operation.location))), None)
+            if first is not None:
+                where = self.loc(first.operation)
+        params = [Value(self.tensor_type(a.type, f"{where}, argument {i} of @{name}"))
+                  for i, a in enumerate(block.arguments)]
         vmap: dict[Any, Value] = dict(zip(block.arguments, params, strict=True))
         self._read_arg_shardings(f)
         nodes: list[Node] = []
@@ -149,13 +161,19 @@ class _Importer:
             return self.lift_call(callee_name, o, where)
         callee = self.function(callee_name, where)
         self.depth += 1
+        if _LOC.search(str(o.location)):
+            self.sites.append(where.split(" (")[0])
         if self.depth > 200:
             raise UnsupportedError(f"recursive call of @{callee_name}", where=where,
                                    hint="StableHLO programs from JAX never recurse; unroll the recursion")
         block = callee.regions[0].blocks[0]
         inner: dict[Any, Value] = dict(zip(block.arguments, (vmap[v] for v in o.operands), strict=True))
-        outs = self.block(block, inner, nodes)
-        self.depth -= 1
+        try:
+            outs = self.block(block, inner, nodes)
+        finally:
+            self.depth -= 1
+            if _LOC.search(str(o.location)):
+                self.sites.pop()
         return outs
 
     def lift_call(self, name: str, o: Any, where: str) -> list[Value]:
