@@ -108,3 +108,16 @@ def _summary(profile: object) -> KernelTime:
     assert isinstance(profile, Profile)
     busy = {e: t for e, t in profile.engine_busy.items() if e in ("tensor", "vector", "scalar", "gpsimd") and t > 0}
     return KernelTime(profile.total_seconds, busy, profile.hbm_bytes, profile.instructions, profile.flops)
+
+
+def clear_memo() -> None:
+    """Forget every timed kernel and its trace: the next compile times its matmuls as a new process would
+    (benchmarks use this to measure a cold compile honestly)."""
+    from trnsim.kernels.gemm import matmul_kernel
+
+    _library_time.cache_clear()
+    _kt_time.cache_clear()
+    for kernel in (matmul_kernel, *_KT):
+        cache = getattr(kernel, "_cache", None)
+        if isinstance(cache, dict):
+            cache.clear()

@@ -2,7 +2,8 @@
 
 Deterministic: values are numbered in definition order, arrays are named ``c0, c1, ...`` in the order met,
 attribute keys keep their order. Nothing is pickled: attributes are JSON scalars, lists, string-keyed
-dicts, tuples (``{"t": [...]}``), non-finite floats (``{"f": "nan"}``) and arrays (``{"a": "c3"}``).
+dicts, tuples (``{"$t": [...]}``), non-finite floats (``{"$f": "nan"}``) and arrays (``{"$a": "c3"}``); the
+markers are decoded while the JSON is parsed (an ``object_hook``), so loading a program is one pass.
 """
 
 from __future__ import annotations
@@ -35,17 +36,17 @@ class _Writer:
         if isinstance(a, np.ndarray):
             name = f"c{len(self.arrays)}"
             self.arrays[name] = a
-            return {"a": name}
+            return {"$a": name}
         if isinstance(a, bool | int | str) or a is None:
             return a
         if isinstance(a, float):
-            return a if math.isfinite(a) else {"f": repr(a)}
+            return a if math.isfinite(a) else {"$f": repr(a)}
         if isinstance(a, tuple):
-            return {"t": [self.attr(x) for x in a]}
+            return {"$t": [self.attr(x) for x in a]}
         if isinstance(a, list):
             return [self.attr(x) for x in a]
         if isinstance(a, dict):
-            return {"d": [[str(k), self.attr(v)] for k, v in a.items()]}
+            return {str(k): self.attr(v) for k, v in a.items()}
         if isinstance(a, np.generic):
             return self.attr(a.item())
         raise TypeError(f"cannot serialise attribute of type {type(a).__name__}")
@@ -58,7 +59,7 @@ class _Writer:
             regions = [self.graph(r) for r in n.regions]
             entry["out"] = [self.value(v) for v in n.outputs]
             if n.attrs:
-                entry["attrs"] = {"d": [[k, self.attr(v)] for k, v in n.attrs.items()]}
+                entry["attrs"] = {k: self.attr(v) for k, v in n.attrs.items()}
             if regions:
                 entry["regions"] = regions
             entry["loc"] = n.loc
@@ -73,9 +74,9 @@ def graph_to_json(graph: Graph) -> tuple[JSON, dict[str, np.ndarray]]:
 
 
 class _Reader:
-    def __init__(self, arrays: dict[str, np.ndarray], where: str) -> None:
+    def __init__(self, where: str) -> None:
         self.values: dict[int, Value] = {}
-        self.arrays = arrays
+        self.types: dict[tuple[tuple[int, ...], str], TensorType] = {}
         self.where = where
 
     def bad(self, what: str) -> ArtifactError:
@@ -85,36 +86,23 @@ class _Reader:
     def value(self, entry: Any, producer: Node | None = None) -> Value:
         try:
             vid, shape, dtype = entry
-            if dtype not in DTYPES:
-                raise self.bad(f"unknown element type {dtype!r}")
-            v = Value(TensorType(tuple(int(s) for s in shape), str(dtype)), producer)
+            key = (tuple(shape), dtype)
+            t = self.types.get(key)
+            if t is None:
+                if dtype not in DTYPES or not all(isinstance(s, int) for s in shape):
+                    raise self.bad(f"bad type {shape} x {dtype!r}")
+                t = self.types[key] = TensorType(key[0], str(dtype))
+            v = Value(t, producer)
         except (TypeError, ValueError) as exc:
             raise self.bad(f"bad value entry {entry!r}") from exc
-        self.values[int(vid)] = v
+        self.values[vid] = v
         return v
 
     def ref(self, vid: Any) -> Value:
         try:
-            return self.values[int(vid)]
-        except (KeyError, TypeError, ValueError):
+            return self.values[vid]
+        except (KeyError, TypeError):
             raise self.bad(f"reference to undefined value {vid!r}") from None
-
-    def attr(self, a: JSON) -> Any:
-        if isinstance(a, dict):
-            if "a" in a:
-                if a["a"] not in self.arrays:
-                    raise self.bad(f"missing array {a['a']!r}")
-                return np.array(self.arrays[a["a"]])
-            if "t" in a:
-                return tuple(self.attr(x) for x in a["t"])
-            if "f" in a:
-                return float(a["f"])
-            if "d" in a:
-                return {str(k): self.attr(v) for k, v in a["d"]}
-            raise self.bad(f"unknown attribute encoding {sorted(a)}")
-        if isinstance(a, list):
-            return [self.attr(x) for x in a]
-        return a
 
     def graph(self, d: JSON) -> Graph:
         try:
@@ -122,9 +110,8 @@ class _Reader:
             nodes: list[Node] = []
             for e in d["nodes"]:
                 inputs = [self.ref(v) for v in e["in"]]
-                regions = [self.graph(r) for r in e.get("regions", [])]
-                attrs = self.attr(e["attrs"]) if "attrs" in e else {}
-                node = Node(str(e["op"]), inputs, [], attrs, regions, str(e.get("loc", "?")))
+                regions = [self.graph(r) for r in e["regions"]] if "regions" in e else []
+                node = Node(e["op"], inputs, [], e.get("attrs") or {}, regions, e.get("loc", "?"))
                 node.outputs = [self.value(o, node) for o in e["out"]]
                 nodes.append(node)
             results = [self.ref(v) for v in d["results"]]
@@ -133,5 +120,27 @@ class _Reader:
             raise self.bad(f"missing or mistyped field ({exc})") from exc
 
 
-def graph_from_json(data: JSON, arrays: dict[str, np.ndarray], *, where: str) -> Graph:
-    return _Reader(arrays, where).graph(data)
+def graph_from_json(text: bytes | str, arrays: dict[str, np.ndarray], *, where: str) -> Graph:
+    """The graph of ``graph_to_json``, from its JSON text and arrays."""
+    import json
+
+    def hook(d: dict[str, Any]) -> Any:
+        if len(d) == 1:
+            if "$a" in d:
+                name = d["$a"]
+                if name not in arrays:
+                    raise ArtifactError(f"the program refers to a missing array {name!r}", where=where,
+                                        hint="the artifact is damaged; recompile it")
+                return np.array(arrays[name])
+            if "$t" in d:
+                return tuple(d["$t"])
+            if "$f" in d:
+                return float(d["$f"])
+        return d
+
+    try:
+        data = json.loads(text, object_hook=hook)
+    except ValueError as exc:
+        raise ArtifactError(f"the program section is not valid JSON: {exc}", where=where,
+                            hint="the artifact is damaged; recompile it") from exc
+    return _Reader(where).graph(data)

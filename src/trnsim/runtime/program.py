@@ -83,7 +83,7 @@ def from_artifact(art: Artifact, where: str) -> CompiledProgram:
                             f"version {COMPILER_VERSION!r}", where=where,
                             hint="recompile it with this trnsim: `trnsim compile ...`")
     try:
-        graph_data = json.loads(art.section("program.json"))
+        graph_text = art.section("program.json")
         plan_data = json.loads(art.section("plan.json"))
         options = CompileOptions(**meta["options"])
         # NOTE: pass names and node counts come back (not their times): a loaded program saves to the same bytes
@@ -92,7 +92,7 @@ def from_artifact(art: Artifact, where: str) -> CompiledProgram:
         raise ArtifactError(f"the artifact's metadata is malformed: {exc}", where=where,
                             hint="recompile it with `trnsim compile ...`") from exc
     arrays = unpack_arrays(art.section("constants.bin"), where=where)
-    graph = graph_from_json(graph_data, arrays, where=where)
+    graph = graph_from_json(graph_text, arrays, where=where)
     try:
         plan = Plan.from_json(plan_data)
     except (KeyError, TypeError) as exc:
@@ -137,8 +137,21 @@ def module_key_text(module: object) -> str | bytes:
     if isinstance(source, bytes | bytearray):
         return bytes(source)
     text = str(source)
+    if "loc(" not in text:
+        return text
     text = re.sub(r"^#loc\d*\s*=.*$", "", text, flags=re.MULTILINE)
     return re.sub(r"\s*loc\((?:[^()]|\([^()]*\))*\)", "", text)
+
+
+_SPEC_JSON: dict[int, tuple[object, bytes]] = {}
+
+
+def _spec_json(spec: Any) -> bytes:
+    """The target spec as canonical JSON (memoised per spec object: presets are immutable)."""
+    hit = _SPEC_JSON.get(id(spec))
+    if hit is None or hit[0] is not spec:
+        hit = _SPEC_JSON[id(spec)] = (spec, _json_bytes(spec.to_dict()))
+    return hit[1]
 
 
 def cache_entries(module: object, target: str, options: CompileOptions) -> dict[str, str | bytes]:
@@ -147,7 +160,7 @@ def cache_entries(module: object, target: str, options: CompileOptions) -> dict[
 
     spec = registry.get(target)
     return {"module": module_key_text(module), "options": _json_bytes(options.as_dict()),
-            "target": _json_bytes(spec.to_dict()), "trnsim_version": __version__,
+            "target": _spec_json(spec), "trnsim_version": __version__,
             "compiler_version": COMPILER_VERSION, "format_version": str(FORMAT_VERSION)}
 
 
