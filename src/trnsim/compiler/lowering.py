@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from trnsim.compiler import costs
+from trnsim.compiler import costs, tilegen
 from trnsim.compiler.fusion import fuse
 from trnsim.compiler.pipeline import PassContext
 from trnsim.errors import CompileError, UnsupportedError
@@ -153,6 +153,7 @@ def plan_graph(graph: Graph, ctx: PassContext, machine: costs.Machine) -> Plan:
                    if v.id in results or any(g != gid for g in uses.get(v.id, ()))]
         cost = costs.StepCost()
         kind = members[0].attrs.get("_kind", "fused")
+        kernel_name: str = KERNEL_NAMES.get(kind) or str(kind)
         sub: list[Plan] = []
         tensor_op = next((n for n in members if n.op in ("dot_general", "convolution")), None)
         if tensor_op is not None:
@@ -161,6 +162,14 @@ def plan_graph(graph: Graph, ctx: PassContext, machine: costs.Machine) -> Plan:
                               outputs)
         elif kind == "fused":
             costs.fused_cost(machine, members, cost, list(external.values()), outputs)
+            recipe = tilegen.recipe_for(members, list(external.values()), outputs)
+            if recipe is not None:
+                # generated tile code, timed by the instruction-level model, replaces the analytic estimate
+                timed = tilegen.fused_time(machine.target, recipe)
+                cost.busy = dict(timed.busy)
+                cost.instructions = {"kernel": timed.instructions}
+                cost.min_seconds = timed.seconds
+                kernel_name = "generated_elementwise"
         elif kind == "control":
             for region in members[0].regions:
                 fuse(region, ctx)
@@ -174,7 +183,7 @@ def plan_graph(graph: Graph, ctx: PassContext, machine: costs.Machine) -> Plan:
         seconds = max(cost.min_seconds, step_seconds(cost.busy, cost.dma_seconds, machine.dma_latency)) + \
             sum(p.total_seconds for p in sub)
         index = len(steps)
-        steps.append(Step(index, KERNEL_NAMES.get(kind, kind), [n.op for n in members],
+        steps.append(Step(index, kernel_name, [n.op for n in members],
                           [position[id(n)] for n in members if id(n) in member_ids], members[0].loc, cost.busy,
                           cost.dma_bytes, cost.dma_seconds, seconds, cost.flops, cost.operand_dtype, deps,
                           cost.sbuf_bytes, cost.spilled, cost.instructions, sub=sub))

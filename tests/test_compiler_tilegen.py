@@ -1,0 +1,75 @@
+"""Generated tile code for fused elementwise steps: which groups take it, that the kernel it generates is a
+valid NeuronCore program computing the group's result on the functional simulator, and how it is timed."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import trnsim
+from trnsim.compiler import tilegen
+from trnsim.hw import registry
+from trnsim.isa.verify import verify
+
+
+def _compile(fn, *args):  # type: ignore[no-untyped-def]
+    return trnsim.compile(jax.jit(fn).lower(*args), cache=False)
+
+
+def _recipe(program: trnsim.CompiledProgram) -> tilegen.Recipe | None:
+    (step,) = program.plan.steps
+    nodes = [program.graph.nodes[i] for i in step.nodes]
+    produced = {v.id for n in nodes for v in n.outputs}
+    external = list({v.id: v for n in nodes for v in n.inputs if v.id not in produced
+                     and not (v.type.size == 1 and v.producer is not None and v.producer.op == "constant")}.values())
+    return tilegen.recipe_for(nodes, external, list(program.graph.results))
+
+
+def test_chain_with_scalars_becomes_a_recipe_with_immediates() -> None:
+    x = np.ones((256, 512), np.float32)
+    recipe = _recipe(_compile(lambda x, y: jnp.maximum(jnp.tanh(x * 2.0 + y), 0.0) - x, x, x))
+    assert recipe is not None
+    assert recipe.elements == x.size and recipe.inputs == (("fp32", "full"), ("fp32", "full"))
+    assert ("imm", 2.0) in [r for _, _, operands, _ in recipe.steps for r in operands]
+    assert [s[1] for s in recipe.steps] == ["mul", "add", "tanh", "max", "sub"]
+
+
+def test_reductions_and_row_broadcasts_keep_the_analytic_cost() -> None:
+    x = np.ones((256, 512), np.float32)
+    assert _recipe(_compile(lambda x: jnp.exp(x).sum(axis=1), x)) is None
+    program = _compile(lambda x, b: x + b, x, np.ones((512,), np.float32))      # a [512] row broadcast
+    assert program.plan.steps[0].kernel == "fused_elementwise"
+
+
+def test_generated_kernel_verifies_and_computes_the_group_on_the_simulator() -> None:
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((128, 640)).astype(np.float32)        # 2 column tiles, the second ragged
+    y = rng.standard_normal((128, 640)).astype(np.float32)
+    program = _compile(lambda x, y: jnp.minimum(jax.nn.sigmoid(x * 2.0 + y) * y, 0.25) - x, x, y)
+    recipe = _recipe(program)
+    assert recipe is not None
+    verify(tilegen.kernel_program("trn3", recipe), registry.get("trn3"))
+    kernel = tilegen._kernel()  # pyright: ignore[reportPrivateUsage]
+    result = trnsim.run_kernel(kernel, x, y, recipe=recipe)
+    (expected,) = program.run(x, y, timing=False)
+    np.testing.assert_allclose(result.outputs[0].reshape(expected.shape), expected, rtol=1e-5, atol=1e-6)
+
+
+def test_large_groups_are_timed_on_a_sample_and_scaled_linearly() -> None:
+    steps = (("alu", "mul", (("in", 0), ("imm", 2.0)), "fp32"),)
+    per_block = tilegen.PARTITIONS * tilegen.TILE_COLS
+    small = tilegen.Recipe(tilegen.MAX_TIMED_BLOCKS * per_block, (("fp32", "full"),), steps, ((("tmp", 0), "fp32"),))
+    big = tilegen.Recipe(4 * tilegen.MAX_TIMED_BLOCKS * per_block, (("fp32", "full"),), steps,
+                         ((("tmp", 0), "fp32"),))
+    t_small, t_big = tilegen.fused_time("trn3", small), tilegen.fused_time("trn3", big)
+    assert t_big.seconds == 4 * t_small.seconds
+    assert t_small.seconds > 0 and t_small.busy["vector"] > 0
+
+
+def test_more_elements_never_take_less_time() -> None:
+    steps = (("act", "exp", (("in", 0),), "fp32"),)
+    times = [tilegen.fused_time("trn3", tilegen.Recipe(n * tilegen.PARTITIONS, (("fp32", "full"),), steps,
+                                                      ((("tmp", 0), "fp32"),))).seconds
+             for n in (64, 512, 4096, 32768)]
+    assert times == sorted(times)
