@@ -251,7 +251,12 @@ def _shift(kind: str) -> Callable[..., Arrays]:
         elif kind == "logical":
             out = np.where(valid, ua >> amt, 0)
         else:
-            signed = compute(a).astype(np.int64)         # sign-extended
+            # the bit pattern read as signed (an unsigned type's top bit is its sign here, as in XLA)
+            if bits < 64:
+                pattern = ua.astype(np.int64)
+                signed = np.where(pattern >= (1 << (bits - 1)), pattern - (1 << bits), pattern)
+            else:
+                signed = ua.view(np.int64)
             out = np.where(valid, signed >> amt.astype(np.int64), np.where(signed < 0, -1, 0))
         # wrap the low ``bits`` bits into the result type (sign-extending signed types)
         out = np.asarray(out).astype(np.uint64) & np.uint64((1 << bits) - 1 if bits < 64 else ~0 & (2**64 - 1))

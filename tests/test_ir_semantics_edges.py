@@ -1,0 +1,43 @@
+"""Integer and conversion corner cases where C leaves the result undefined and StableHLO/XLA define it: the
+reference semantics must match XLA on CPU bit for bit."""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+import pytest
+from jax import lax
+
+import trnsim
+
+
+def _both(fn, *args):  # type: ignore[no-untyped-def]
+    expected = np.asarray(jax.jit(fn)(*args))
+    got = np.asarray(trnsim.jit(fn, cache=False, timing=False)(*args))
+    return got, expected
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.uint16, np.uint32, np.int8, np.int16, np.int32])
+def test_arithmetic_right_shift_fills_with_the_top_bit_even_for_unsigned_types(dtype: type) -> None:
+    info = np.iinfo(dtype)
+    a = np.array([info.max, info.min, 1, info.max // 2 + 1, 5, 200 % (info.max + 1)], dtype)
+    s = np.array([1, 3, 0, info.bits - 1, info.bits, 250 % (info.max + 1)], dtype)
+    got, expected = _both(lax.shift_right_arithmetic, a, s)
+    np.testing.assert_array_equal(got, expected)
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.int32, np.uint16])
+def test_integer_division_and_remainder_by_zero_and_overflow(dtype: type) -> None:
+    info = np.iinfo(dtype)
+    a = np.array([7, -7 if info.min < 0 else 9, info.min, info.min, 0, info.max], dtype)
+    b = np.array([0, 2, -1 if info.min < 0 else 1, 0, 0, 3], dtype)
+    for op in (lax.div, lax.rem):
+        got, expected = _both(op, a, b)
+        np.testing.assert_array_equal(got, expected)
+
+
+@pytest.mark.parametrize("to", [np.int8, np.uint8, np.int32, np.uint32])
+def test_float_to_int_conversion_saturates_and_maps_nan_to_zero(to: type) -> None:
+    x = np.array([np.nan, np.inf, -np.inf, 1e10, -1e10, 2.7, -2.7, 255.9, -0.5], np.float32)
+    got, expected = _both(lambda v: lax.convert_element_type(v, to), x)
+    np.testing.assert_array_equal(got, expected)
