@@ -255,6 +255,25 @@ def test_elementwise_chain_fuses_into_one_step_that_keeps_intermediates_in_sbuf(
     assert len({n.attrs["_group"] for n in program.graph.nodes if n.op != "constant"}) == 1
 
 
+def test_sibling_chains_read_by_one_op_fuse_into_one_step() -> None:
+    x = rand((256, 512), 7)
+    program = compile_(lower(lambda x, y: jnp.tanh(x * 2.0 + y) - jnp.maximum(x, 0.0), x, x))
+    (step,) = program.plan.steps
+    assert {"tanh", "maximum", "subtract"} <= set(step.ops)
+    assert step.dma_bytes == 3 * x.nbytes             # x and y in, the result out
+
+
+def test_a_chain_read_elsewhere_stays_its_own_step() -> None:
+    x = rand((256, 512), 7)
+    program = compile_(lower(lambda x: (jnp.tanh(x) - jnp.maximum(x, 0.0), jnp.maximum(x, 0.0) * 3.0), x))
+    (result_a, result_b) = program.run(x, timing=False)
+    np.testing.assert_allclose(result_a, np.tanh(x) - np.maximum(x, 0), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(result_b, np.maximum(x, 0) * 3, rtol=1e-6)
+    steps = program.plan.steps
+    for s in steps:                                   # every step runs after the steps it reads
+        assert all(d < s.index and steps[d].end <= s.start + 1e-15 for d in s.deps)
+
+
 def test_matmul_epilogue_fuses_into_the_matmul_step() -> None:
     a, w = rand((128, 64), 8), rand((64, 96), 9)
     program = compile_(lower(lambda a, w: jax.nn.relu(a @ w) * 2.0, a, w))

@@ -37,6 +37,10 @@ def _is_prologue(group: Group) -> bool:
     return group.kind == "fused" and 0 < len(group.nodes) <= 4 and all(n.op in _PROLOGUE for n in group.nodes)
 
 
+def _has_reduce(group: Group) -> bool:
+    return any(n.op == "reduce" for n in group.nodes)
+
+
 def _fusible(node: Node) -> bool:
     if node.regions:
         return node.op == "reduce" and len(node.inputs) == 2 and simple_combiner(node.regions[0]) is not None
@@ -60,11 +64,28 @@ def fuse(graph: Graph, ctx: PassContext) -> Graph:
     for v in graph.results:
         uses[v.id] = uses.get(v.id, 0) + 1
 
+    readers: dict[int, set[int]] = {}      # group id → ids of the groups that read its values
+
     def add(node: Node, group: Group) -> None:
         group.nodes.append(node)
         node.attrs["_group"] = group.gid
+        for v in node.inputs:
+            p = group_of.get(v.id)
+            if p is not None and p is not group:
+                readers.setdefault(p.gid, set()).add(group.gid)
         for v in node.outputs:
             group_of[v.id] = group
+
+    def absorb(source: Group, target: Group) -> None:
+        """Move every node of ``source`` (read by nobody but ``target``) into ``target``."""
+        for member in source.nodes:
+            add(member, target)
+        source.nodes.clear()
+        for r in readers.values():
+            if source.gid in r:
+                r.discard(source.gid)
+                r.add(target.gid)
+        readers.get(target.gid, set()).discard(target.gid)
 
     def new_group(kind: str) -> Group:
         groups.append(Group(len(groups), kind))
@@ -108,11 +129,16 @@ def fuse(graph: Graph, ctx: PassContext) -> Graph:
         if node.op in _TENSOR_OPS:
             for v in node.inputs:
                 g = group_of.get(v.id)
-                if g is not None and uses.get(v.id, 0) == 1 and _is_prologue(g):
+                if g is not None and uses.get(v.id, 0) == 1 and _is_prologue(g) and not readers.get(g.gid):
                     # the operand is quantized/pruned/cast as its tiles load: no trip through HBM
-                    for member in g.nodes:
-                        add(member, target)
-                    g.nodes.clear()
+                    absorb(g, target)
+        elif fusible and target.kind == "fused":
+            # NOTE: a sibling chain (another fused group this node reads) joins too when nothing else reads
+            # it: it can then have no path through another step back into this one
+            for g in {p.gid: p for p in producers}.values():
+                if g is not target and g.kind == "fused" and g.nodes and readers.get(g.gid, set()) <= {target.gid} \
+                        and len(g.nodes) + len(target.nodes) < MAX_GROUP and not _has_reduce(g):
+                    absorb(g, target)
         if fusible:
             for v in node.inputs:
                 place(v.id, target)

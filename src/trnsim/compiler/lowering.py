@@ -137,7 +137,7 @@ def plan_graph(graph: Graph, ctx: PassContext, machine: costs.Machine) -> Plan:
     results = {v.id for v in graph.results}
     consts = {n.out.id: n for n in graph.nodes if n.op == "constant"}
     steps: list[Step] = []
-    for gid in sorted(groups):
+    for gid in _topological(groups, graph):
         members = groups[gid]
         member_ids = {id(n) for n in members}
         produced = {v.id for n in members for v in n.outputs}
@@ -193,6 +193,43 @@ def plan_graph(graph: Graph, ctx: PassContext, machine: costs.Machine) -> Plan:
     run_schedule(plan, [s.seconds for s in steps])
     plan.sbuf_peak = max((s.sbuf_bytes for s in steps), default=0)
     return plan
+
+
+def _topological(groups: dict[int, list[Node]], graph: Graph) -> list[int]:
+    """Group ids in an order where every group comes after the groups it reads (ties: creation order)."""
+    import heapq
+
+    owner: dict[int, int] = {}
+    for gid, members in groups.items():
+        for n in members:
+            for v in n.outputs:
+                owner[v.id] = gid
+    needs: dict[int, set[int]] = {gid: set() for gid in groups}
+    for gid, members in groups.items():
+        for n in members:
+            for v in _reads(n):
+                o = owner.get(v.id)
+                if o is not None and o != gid:
+                    needs[gid].add(o)
+    waiting = {gid: len(deps) for gid, deps in needs.items()}
+    users: dict[int, list[int]] = {}
+    for gid, deps in needs.items():
+        for d in deps:
+            users.setdefault(d, []).append(gid)
+    ready = [gid for gid, n in waiting.items() if n == 0]
+    heapq.heapify(ready)
+    order: list[int] = []
+    while ready:
+        gid = heapq.heappop(ready)
+        order.append(gid)
+        for u in users.get(gid, ()):
+            waiting[u] -= 1
+            if waiting[u] == 0:
+                heapq.heappush(ready, u)
+    if len(order) != len(groups):
+        raise CompileError("fusion made a cycle between kernel steps", where="lower",
+                           hint="this is a bug in trnsim's fuse pass; please report it with the module")
+    return order
 
 
 def step_seconds(busy: dict[str, float], dma: float, latency: float) -> float:
