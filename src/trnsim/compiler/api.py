@@ -19,7 +19,7 @@ from trnsim.ir.graph import Graph
 from trnsim.ir.interp import Interpreter
 from trnsim.ir.types import TensorType, dtype_of_numpy
 
-COMPILER_VERSION = "1"
+COMPILER_VERSION = "2"   # bumped when the compiled-program format changes (2: interned locations)
 
 
 @dataclass

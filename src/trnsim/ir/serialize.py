@@ -24,6 +24,7 @@ class _Writer:
     def __init__(self) -> None:
         self.ids: dict[int, int] = {}
         self.arrays: dict[str, np.ndarray] = {}
+        self.locs: dict[str, int] = {}
 
     def value(self, v: Value) -> list[Any]:
         self.ids[v.id] = len(self.ids)
@@ -62,7 +63,7 @@ class _Writer:
                 entry["attrs"] = {k: self.attr(v) for k, v in n.attrs.items()}
             if regions:
                 entry["regions"] = regions
-            entry["loc"] = n.loc
+            entry["loc"] = self.locs.setdefault(n.loc, len(self.locs))     # interned: locations repeat
             nodes.append(entry)
         return {"name": g.name, "params": params, "nodes": nodes, "results": [self.ref(v) for v in g.results]}
 
@@ -70,11 +71,13 @@ class _Writer:
 def graph_to_json(graph: Graph) -> tuple[JSON, dict[str, np.ndarray]]:
     """(JSON-able description, arrays by name) of ``graph``."""
     w = _Writer()
-    return w.graph(graph), w.arrays
+    body = w.graph(graph)
+    return {"locations": list(w.locs), "graph": body}, w.arrays
 
 
 class _Reader:
-    def __init__(self, where: str) -> None:
+    def __init__(self, where: str, locs: list[str]) -> None:
+        self.locs = locs
         self.values: dict[int, Value] = {}
         self.types: dict[tuple[tuple[int, ...], str], TensorType] = {}
         self.where = where
@@ -98,6 +101,12 @@ class _Reader:
         self.values[vid] = v
         return v
 
+    def location(self, index: Any) -> str:
+        try:
+            return self.locs[index]
+        except (IndexError, TypeError):
+            raise self.bad(f"unknown location index {index!r}") from None
+
     def ref(self, vid: Any) -> Value:
         try:
             return self.values[vid]
@@ -111,7 +120,7 @@ class _Reader:
             for e in d["nodes"]:
                 inputs = [self.ref(v) for v in e["in"]]
                 regions = [self.graph(r) for r in e["regions"]] if "regions" in e else []
-                node = Node(e["op"], inputs, [], e.get("attrs") or {}, regions, e.get("loc", "?"))
+                node = Node(e["op"], inputs, [], e.get("attrs") or {}, regions, self.location(e.get("loc")))
                 node.outputs = [self.value(o, node) for o in e["out"]]
                 nodes.append(node)
             results = [self.ref(v) for v in d["results"]]
@@ -143,4 +152,7 @@ def graph_from_json(text: bytes | str, arrays: dict[str, np.ndarray], *, where: 
     except ValueError as exc:
         raise ArtifactError(f"the program section is not valid JSON: {exc}", where=where,
                             hint="the artifact is damaged; recompile it") from exc
-    return _Reader(where).graph(data)
+    if not isinstance(data, dict) or not isinstance(data.get("locations"), list) or "graph" not in data:
+        raise ArtifactError("the program section lacks its locations table or graph", where=where,
+                            hint="the artifact is damaged or from an incompatible trnsim; recompile it")
+    return _Reader(where, [str(x) for x in data["locations"]]).graph(data["graph"])
