@@ -6,6 +6,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 import trnsim
 from trnsim.compiler import tilegen
@@ -35,11 +36,30 @@ def test_chain_with_scalars_becomes_a_recipe_with_immediates() -> None:
     assert [s[1] for s in recipe.steps] == ["mul", "add", "tanh", "max", "sub"]
 
 
-def test_reductions_and_row_broadcasts_keep_the_analytic_cost() -> None:
+def test_reductions_over_other_axes_and_row_broadcasts_keep_the_analytic_cost() -> None:
     x = np.ones((256, 512), np.float32)
-    assert _recipe(_compile(lambda x: jnp.exp(x).sum(axis=1), x)) is None
+    assert _recipe(_compile(lambda x: jnp.exp(x).sum(axis=0), x)) is None             # across rows
     program = _compile(lambda x, b: x + b, x, np.ones((512,), np.float32))      # a [512] row broadcast
     assert program.plan.steps[0].kernel == "fused_elementwise"
+
+
+@pytest.mark.parametrize("name", ["softmax", "rmsnorm", "logsumexp"])
+def test_last_axis_reductions_use_the_row_layout_and_compute_the_group(name: str) -> None:
+    fns = {
+        "softmax": lambda x: jax.nn.softmax(x, axis=-1),
+        "rmsnorm": lambda x: x * jax.lax.rsqrt(jnp.mean(x * x, -1, keepdims=True) + 1e-5),
+        "logsumexp": lambda x: jnp.log(jnp.sum(jnp.exp(x - x.max(-1, keepdims=True)), -1)),
+    }
+    x = np.random.default_rng(1).standard_normal((200, 96)).astype(np.float32)     # 2 row tiles, one ragged
+    program = _compile(fns[name], x)
+    (step,) = program.plan.steps
+    assert step.kernel == "generated_elementwise"
+    recipe = _recipe(program)
+    assert recipe is not None and recipe.cols == 96 and any(s[0] == "reduce" for s in recipe.steps)
+    verify(tilegen.kernel_program("trn3", recipe), registry.get("trn3"))
+    result = trnsim.run_kernel(tilegen._kernel(), x, recipe=recipe)  # pyright: ignore[reportPrivateUsage]
+    (expected,) = program.run(x, timing=False)
+    np.testing.assert_allclose(result.outputs[0].reshape(expected.shape), expected, rtol=2e-5, atol=1e-6)
 
 
 def test_generated_kernel_verifies_and_computes_the_group_on_the_simulator() -> None:

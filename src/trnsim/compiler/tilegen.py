@@ -1,4 +1,4 @@
-"""Generated tile code for fused elementwise steps, timed by the instruction-level model.
+"""Generated tile code for fused elementwise and row-reduction steps, timed by the instruction-level model.
 
 A fused group whose inputs are full-size tensors or scalar constants, and whose ops all have a NeuronCore
 instruction (ALU ops on VectorE, activation functions on ScalarE, casts, compares and selects), becomes a
@@ -6,8 +6,11 @@ kernel in the kernel language: the iteration space is laid out as ``[128 partiti
 in column tiles of up to ``TILE_COLS``; each tile is loaded, every op of the group applied in SBUF (scalar
 constants as instruction immediates, ``tensor_scalar``), and the group's outputs stored — intermediates
 never leave SBUF. The kernel is traced once per *recipe* (the op sequence, element count and dtypes) and
-timed in timing-only mode; the compiler uses that time for the step. Groups that do not fit this form
-(reductions, broadcasts of non-scalars, quantization) keep the analytic cost of ``costs.fused_cost``.
+timed in timing-only mode; the compiler uses that time for the step. Groups that reduce along the last axis
+(norms, softmax, losses) use a row layout instead: 128 rows per tile, whole rows in the free dimension,
+reductions on VectorE (``tensor_reduce``) into ``[rows, 1]`` columns that broadcast back as per-partition
+scalars. Groups that fit neither form (other reductions, broadcasts along other axes, quantization) keep
+the analytic cost of ``costs.fused_cost``.
 """
 
 from __future__ import annotations
@@ -38,40 +41,90 @@ Ref = tuple[str, Any]          # ("in", index) | ("tmp", index) | ("imm", float)
 
 @dataclass(frozen=True)
 class Recipe:
-    """What a generated kernel computes: hashable, so traced kernels and their times are cached."""
+    """What a generated kernel computes: hashable, so traced kernels and their times are cached.
+
+    ``cols == 0``: the flat layout, ``[128, N / 128]`` in column tiles. ``cols > 0``: the row layout,
+    ``[N / cols, cols]`` in tiles of 128 rows, for groups that reduce along (or broadcast back over) the
+    last axis; a *row* value (one per row: a reduction's result) is a ``[rows, 1]`` column tile, used as
+    the per-partition scalar of ``tensor_scalar`` instructions."""
 
     elements: int
-    inputs: tuple[tuple[str, str], ...]                         # (DSL dtype, "full" | "scalar") per input
+    inputs: tuple[tuple[str, str], ...]                         # (DSL dtype, "full" | "row" | "scalar")
     steps: tuple[tuple[str, str, tuple[Ref, ...], str], ...]    # (kind, op, operands, DSL out dtype)
     outputs: tuple[tuple[Ref, str], ...]                        # (what to store, DSL dtype)
+    cols: int = 0
+    output_kinds: tuple[str, ...] = ()                          # "full" | "row" per output (row layout)
+
+
+REDUCE: dict[str, str] = {"add": "add", "maximum": "max", "minimum": "min"}
+MAX_ROW = 4096            # the row layout keeps whole rows in a tile: at most 16 KiB of fp32 per partition
+
+
+def _row_length(nodes: list[Node]) -> int | None:
+    """The row length of a group that reduces its last axis, 0 if the group does no reduction, None if it
+    reduces anything else."""
+    from trnsim.ir.semantics.reduce import simple_combiner
+
+    cols = 0
+    for node in nodes:
+        if node.op != "reduce":
+            continue
+        x = node.inputs[0].type
+        if len(node.inputs) != 2 or node.attrs["dimensions"] != (x.rank - 1,) or \
+                simple_combiner(node.regions[0]) not in REDUCE:
+            return None
+        if cols and cols != x.shape[-1]:
+            return None
+        cols = x.shape[-1]
+    return cols
 
 
 def recipe_for(nodes: list[Node], external: list[Value], outputs: list[Value]) -> Recipe | None:
     """The recipe of a fused group, or None when it does not have the generated form."""
     if not nodes or not outputs:
         return None
-    n = max(v.type.size for v in outputs)
-    if n < PARTITIONS or n % PARTITIONS or any(v.type.size != n for v in outputs):
+    cols = _row_length(nodes)
+    if cols is None or cols > MAX_ROW:
         return None
+    n = max(max(v.type.size for v in outputs), max((x.type.size for nd in nodes for x in nd.inputs), default=0))
+    if cols == 0 and (n < PARTITIONS or n % PARTITIONS or any(v.type.size != n for v in outputs)):
+        return None
+    if cols and n % cols:
+        return None
+    rows = n // cols if cols else 0
+
+    def kind_of(v: Value) -> str | None:
+        if v.type.size == n and (not cols or (v.type.rank and v.type.shape[-1] == cols)):
+            return "full"
+        if cols and v.type.size == rows and rows > 1:
+            return "row"
+        return "scalar" if v.type.size == 1 else None
+
     refs: dict[int, Ref] = {}
-    full: set[Ref] = set()                      # refs that are whole tiles (not scalar columns/immediates)
+    kinds: dict[Ref, str] = {}                  # what each ref is: a whole tile, a row column, a scalar
     inputs: list[tuple[str, str]] = []
     for v in external:
         producer = v.producer
-        if v.type.size == n and v.type.dtype in DSL_DTYPE and v.type.dtype != "i1":
-            refs[v.id] = ("in", len(inputs))
-            full.add(refs[v.id])
-            inputs.append((DSL_DTYPE[v.type.dtype], "full"))
-        elif v.type.size == 1 and producer is not None and producer.op == "constant":
+        k = kind_of(v)
+        if k == "scalar" and producer is not None and producer.op == "constant":
             refs[v.id] = ("imm", float(producer.attrs["value"].reshape(-1)[0]))
-        elif v.type.size == 1 and v.type.dtype in DSL_DTYPE and v.type.dtype != "i1":
-            refs[v.id] = ("in", len(inputs))              # a computed scalar: one [128, 1] column
-            inputs.append((DSL_DTYPE[v.type.dtype], "scalar"))
+            kinds[refs[v.id]] = "imm"
+        elif k is not None and v.type.dtype in DSL_DTYPE and v.type.dtype != "i1":
+            refs[v.id] = ("in", len(inputs))
+            kinds[refs[v.id]] = "col" if k in ("row", "scalar") else "full"
+            inputs.append((DSL_DTYPE[v.type.dtype], k))
         else:
             return None
     if len(inputs) > MAX_INPUTS:
         return None
     steps: list[tuple[str, str, tuple[Ref, ...], str]] = []
+
+    def push(step: tuple[str, str, tuple[Ref, ...], str], kind: str) -> Ref:
+        steps.append(step)
+        ref: Ref = ("tmp", len(steps) - 1)
+        kinds[ref] = kind
+        return ref
+
     for node in nodes:
         if len(node.outputs) != 1 or node.out.type.dtype not in DSL_DTYPE:
             return None
@@ -79,46 +132,62 @@ def recipe_for(nodes: list[Node], external: list[Value], outputs: list[Value]) -
         if any(a is None for a in args):
             return None
         operands: tuple[Ref, ...] = tuple(a for a in args if a is not None)
+        for r in operands:
+            kinds.setdefault(r, "imm")
+        shapes = {kinds[r] for r in operands}
+        out_kind = kind_of(node.out)
         out_dtype = DSL_DTYPE[node.out.type.dtype]
-        if node.op in VIEWS and (operands[0][0] == "imm" or node.inputs[0].type.size in (1, node.out.type.size)):
+        if node.op in VIEWS and (operands[0][0] == "imm" or node.inputs[0].type.size in (1, rows or -1,
+                                                                                        node.out.type.size)):
             if node.op != "convert" or operands[0][0] == "imm" or node.inputs[0].type.dtype == node.out.type.dtype:
+                if node.op == "reshape" and out_kind != ("full" if kinds[operands[0]] == "full" else out_kind) \
+                        and kinds[operands[0]] == "full":
+                    return None                 # a reshape that moves the row boundary
                 refs[node.out.id] = operands[0]
                 continue
-            step = ("copy", "copy", operands, out_dtype)
-        elif node.out.type.size != n:
+            refs[node.out.id] = push(("copy", "copy", operands, out_dtype), kinds[operands[0]])
+            continue
+        if out_kind is None:
             return None
-        elif node.op in ALU:
-            if all(o[0] == "imm" for o in operands):
+        result = "full" if "full" in shapes else "col"
+        if node.op == "reduce":
+            if kinds[operands[0]] != "full" or operands[1][0] != "imm":
                 return None
+            op = REDUCE[node.regions[0].nodes[0].op]
+            refs[node.out.id] = push(("reduce", op, operands[:1], out_dtype), "col")
+            continue
+        if shapes <= {"imm"}:
+            return None
+        if (result == "full") != (out_kind == "full"):
+            return None
+        if node.op in ALU:
             step = ("alu", ALU[node.op], operands, out_dtype)
         elif node.op in ACT:
             step = ("act", ACT[node.op], operands, out_dtype)
         elif node.op == "compare" and node.attrs.get("compare_type", "FLOAT") in ("FLOAT", "TOTALORDER", "SIGNED"):
-            if all(o[0] == "imm" for o in operands):
-                return None
             step = ("alu", CMP[node.attrs["comparison_direction"]], operands, "fp32")
-        elif node.op == "select" and all(o[0] != "imm" for o in operands):
+        elif node.op == "select" and all(kinds[o] == result for o in operands):
             step = ("select", "select", operands, out_dtype)
-        elif node.op == "clamp" and operands[1][0] != "imm":
-            lo = ("alu", "max", (operands[1], operands[0]), out_dtype)
-            steps.append(lo)
-            step = ("alu", "min", (("tmp", len(steps) - 1), operands[2]), out_dtype)
+        elif node.op == "clamp" and kinds[operands[1]] != "imm":
+            lo = push(("alu", "max", (operands[1], operands[0]), out_dtype), result)
+            step = ("alu", "min", (lo, operands[2]), out_dtype)
         else:
             return None
-        if not any(o in full for o in step[2]):
-            return None                         # all-scalar arithmetic: not a tile op
-        steps.append(step)
-        refs[node.out.id] = ("tmp", len(steps) - 1)
-        full.add(refs[node.out.id])
+        refs[node.out.id] = push(step, result)
     stores: list[tuple[Ref, str]] = []
+    store_kinds: list[str] = []
     for v in outputs:
         ref = refs.get(v.id)
-        if ref is None or ref not in full:
+        k = kind_of(v)
+        if ref is None or ref[0] not in ("tmp", "in") or k not in ("full", "row"):
+            return None
+        if (k == "full") != (kinds.get(ref) == "full"):
             return None
         stores.append((ref, DSL_DTYPE[v.type.dtype]))
+        store_kinds.append(k)
     if not steps:
         return None
-    return Recipe(n, tuple(inputs), tuple(steps), tuple(stores))
+    return Recipe(n, tuple(inputs), tuple(steps), tuple(stores), cols, tuple(store_kinds))
 
 
 def _immediate(v: Value) -> Ref | None:
@@ -137,31 +206,43 @@ def _kernel() -> Any:
     def fused_elementwise(a0: Tensor, a1: Tensor | None = None, a2: Tensor | None = None,
                           a3: Tensor | None = None, a4: Tensor | None = None, a5: Tensor | None = None,
                           a6: Tensor | None = None, a7: Tensor | None = None, *, recipe: Recipe) -> tuple[Tensor, ...]:
-        """The group's ops over ``[128, N/128]`` tiles of its inputs (module docstring)."""
+        """The group's ops over tiles of its inputs (module docstring and ``Recipe``)."""
         ins = [a for a in (a0, a1, a2, a3, a4, a5, a6, a7) if a is not None]
-        cols = recipe.elements // PARTITIONS
+        row_layout = recipe.cols > 0
+        rows, cols = (recipe.elements // recipe.cols, recipe.cols) if row_layout else \
+            (PARTITIONS, recipe.elements // PARTITIONS)
+        kinds = recipe.output_kinds or ("full",) * len(recipe.outputs)
+        outs = [dsl.hbm_tensor((rows, cols if k == "full" else 1), dt, name=f"out{i}")
+                for i, ((_, dt), k) in enumerate(zip(recipe.outputs, kinds, strict=True))]
         # computed scalars: loaded once, broadcast over the partitions as [128, 1] columns
         columns = {i: dsl.load(x[0:1, 0:1].broadcast_to((PARTITIONS, 1)))
                    for i, (x, (_, kind)) in enumerate(zip(ins, recipe.inputs, strict=True)) if kind == "scalar"}
-        outs = [dsl.hbm_tensor((PARTITIONS, cols), dt, name=f"out{i}") for i, (_, dt) in enumerate(recipe.outputs)]
-        blocks = [(c0, min(TILE_COLS, cols - c0)) for c0 in range(0, cols, TILE_COLS)]
+        if row_layout:
+            blocks = [(r0, min(PARTITIONS, rows - r0)) for r0 in range(0, rows, PARTITIONS)]
+        else:
+            blocks = [(c0, min(TILE_COLS, cols - c0)) for c0 in range(0, cols, TILE_COLS)]
         queue = 0
 
-        def load_block(c0: int, cw: int) -> list[Tensor]:
+        def part(x: Tensor, kind: str, b0: int, bw: int) -> Tensor:
+            if not row_layout:
+                return x[:, b0:b0 + bw]
+            return x[b0:b0 + bw, :]
+
+        def load_block(b0: int, bw: int) -> list[Tensor]:
             nonlocal queue
             tiles = []
-            for i, x in enumerate(ins):
+            for i, (x, (_, kind)) in enumerate(zip(ins, recipe.inputs, strict=True)):
                 if i in columns:
-                    tiles.append(columns[i])
+                    tiles.append(columns[i][:bw] if row_layout else columns[i])
                     continue
-                tiles.append(dsl.load(x[:, c0:c0 + cw], queue=queue % QUEUES))
+                tiles.append(dsl.load(part(x, kind, b0, bw), queue=queue % QUEUES))
                 queue += 1
             return tiles
 
         # NOTE: software pipelining: DMAs issue in program order, so block i+PREFETCH's loads are emitted
         # before block i's stores (which wait for its compute), keeping the queues busy
         loaded = [load_block(*b) for b in blocks[:PREFETCH]]
-        for i, (c0, cw) in enumerate(blocks):
+        for i, (b0, bw) in enumerate(blocks):
             if i + PREFETCH < len(blocks):
                 loaded.append(load_block(*blocks[i + PREFETCH]))
             tiles = loaded[i]
@@ -179,10 +260,12 @@ def _kernel() -> Any:
                     tmps.append(dsl.activation(op, args[0], dtype=dt))
                 elif kind == "copy":
                     tmps.append(dsl.copy(args[0], dtype=dt))
+                elif kind == "reduce":
+                    tmps.append(dsl.reduce(op, args[0], axis=-1, dtype=dt))
                 else:
                     tmps.append(dsl.where(args[0], args[1], args[2], dtype=dt))
-            for out, (ref, _) in zip(outs, recipe.outputs, strict=True):
-                dsl.store(out[:, c0:c0 + cw], get(ref), queue=queue % QUEUES)
+            for out, (ref, _), k in zip(outs, recipe.outputs, kinds, strict=True):
+                dsl.store(part(out, k, b0, bw), get(ref), queue=queue % QUEUES)
                 queue += 1
             dsl.release(*(t for j, t in enumerate(tiles) if j not in columns), *tmps)
             loaded[i] = []
@@ -206,11 +289,13 @@ MAX_TIMED_BLOCKS = 64     # larger groups are timed on 64 blocks and scaled: a s
 
 def fused_time(target: str, recipe: Recipe) -> TileTime:
     """The generated kernel's time for ``recipe`` (timing-only, no data); groups of more than
-    ``MAX_TIMED_BLOCKS`` column tiles are timed on that many and scaled linearly (steady-state streaming)."""
-    blocks = -(-(recipe.elements // PARTITIONS) // TILE_COLS)
+    ``MAX_TIMED_BLOCKS`` tiles are timed on that many and scaled linearly (steady-state streaming)."""
+    per_block = PARTITIONS * (recipe.cols or TILE_COLS)
+    blocks = -(-recipe.elements // per_block)
     if blocks <= MAX_TIMED_BLOCKS:
         return _timed(target, recipe)
-    sample = Recipe(MAX_TIMED_BLOCKS * TILE_COLS * PARTITIONS, recipe.inputs, recipe.steps, recipe.outputs)
+    sample = Recipe(MAX_TIMED_BLOCKS * per_block, recipe.inputs, recipe.steps, recipe.outputs, recipe.cols,
+                    recipe.output_kinds)
     t = _timed(target, sample)
     f = blocks / MAX_TIMED_BLOCKS
     return TileTime(t.seconds * f, {e: b * f for e, b in t.busy.items()}, round(t.instructions * f))
@@ -243,8 +328,10 @@ def kernel_program(target: str, recipe: Recipe) -> Any:
 def _specs(recipe: Recipe) -> list[Any]:
     import trnsim
 
-    cols = recipe.elements // PARTITIONS
-    return [trnsim.TensorSpec((PARTITIONS, cols) if kind == "full" else (1, 1), dt) for dt, kind in recipe.inputs]
+    rows, cols = (recipe.elements // recipe.cols, recipe.cols) if recipe.cols else \
+        (PARTITIONS, recipe.elements // PARTITIONS)
+    shapes = {"full": (rows, cols), "row": (rows, 1), "scalar": (1, 1)}
+    return [trnsim.TensorSpec(shapes[kind], dt) for dt, kind in recipe.inputs]
 
 
 def clear_memo() -> None:
