@@ -1,5 +1,5 @@
-"""Integer and conversion corner cases where C leaves the result undefined and StableHLO/XLA define it: the
-reference semantics must match XLA on CPU bit for bit."""
+"""Integer and conversion corner cases where C leaves the result undefined and StableHLO/XLA define it, and
+XLA's random bit generators: the reference semantics must match XLA on CPU bit for bit."""
 
 from __future__ import annotations
 
@@ -41,3 +41,19 @@ def test_float_to_int_conversion_saturates_and_maps_nan_to_zero(to: type) -> Non
     x = np.array([np.nan, np.inf, -np.inf, 1e10, -1e10, 2.7, -2.7, 255.9, -0.5], np.float32)
     got, expected = _both(lambda v: lax.convert_element_type(v, to), x)
     np.testing.assert_array_equal(got, expected)
+
+
+@pytest.mark.parametrize("algorithm", ["RNG_PHILOX", "RNG_THREE_FRY", "RNG_DEFAULT"])
+@pytest.mark.parametrize(("dtype", "shape"), [(np.uint32, (8,)), (np.uint32, (3, 5)), (np.uint32, (5, 3)),
+                                               (np.uint32, (4, 6)), (np.uint8, (3, 5, 7)), (np.uint16, (2, 3)),
+                                               (np.uint32, ())])
+def test_rng_bit_generator_matches_xla_bit_for_bit(algorithm: str, dtype: type, shape: tuple[int, ...]) -> None:
+    key = np.array([0xDEADBEEF, 7, 0xFFFFFFFF, 5], np.uint32)      # the counter carries into its high word
+
+    def fn(k):  # type: ignore[no-untyped-def]
+        return lax.rng_bit_generator(k, shape, dtype=dtype, algorithm=getattr(lax.RandomAlgorithm, algorithm))
+
+    expected = jax.jit(fn)(key)
+    got = trnsim.jit(fn, cache=False, timing=False)(key)
+    for g, e in zip(got, expected, strict=True):
+        np.testing.assert_array_equal(np.asarray(g), np.asarray(e))

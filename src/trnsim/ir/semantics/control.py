@@ -95,70 +95,100 @@ def _custom_call(node: Node, args: Arrays, interp: Interpreter) -> Arrays:
     return fn(node, args, interp)
 
 
-# ---- rng_bit_generator: Philox-4x32-10 (the NeuronCore's hardware RNG family), counter in the state -----
+# ---- rng_bit_generator: XLA's Philox-4x32-10 and Threefry-2x32-20 bit streams, bit for bit ----------------
 
 _PHILOX_M = (np.uint64(0xD2511F53), np.uint64(0xCD9E8D57))
 _PHILOX_W = (np.uint32(0x9E3779B9), np.uint32(0xBB67AE85))
+_MASK = np.uint64(0xFFFFFFFF)
 
 
 def philox4x32(counter: np.ndarray, key: np.ndarray) -> np.ndarray:
     """Philox-4x32-10 (Salmon et al., SC'11) over counters (n, 4) uint32 with a key (2,) uint32."""
     c = [counter[:, i].astype(np.uint64) for i in range(4)]
     k0, k1 = np.uint64(key[0]), np.uint64(key[1])
-    mask = np.uint64(0xFFFFFFFF)
     for _ in range(10):
         p0 = _PHILOX_M[0] * c[0]
         p1 = _PHILOX_M[1] * c[2]
-        c = [((p1 >> np.uint64(32)) ^ c[1] ^ k0) & mask, p1 & mask, ((p0 >> np.uint64(32)) ^ c[3] ^ k1) & mask,
-             p0 & mask]
-        k0 = (k0 + np.uint64(_PHILOX_W[0])) & mask
-        k1 = (k1 + np.uint64(_PHILOX_W[1])) & mask
+        c = [((p1 >> np.uint64(32)) ^ c[1] ^ k0) & _MASK, p1 & _MASK, ((p0 >> np.uint64(32)) ^ c[3] ^ k1) & _MASK,
+             p0 & _MASK]
+        k0 = (k0 + np.uint64(_PHILOX_W[0])) & _MASK
+        k1 = (k1 + np.uint64(_PHILOX_W[1])) & _MASK
     return np.stack(c, axis=1).astype(np.uint32)
+
+
+_THREEFRY_ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))
+
+
+def threefry2x32(counter: np.ndarray, key: np.ndarray) -> np.ndarray:
+    """Threefry-2x32 with 20 rounds (Salmon et al., SC'11; the form JAX and XLA use) over counters (n, 2)."""
+    ks = [np.uint64(key[0]), np.uint64(key[1]), np.uint64(int(key[0]) ^ int(key[1]) ^ 0x1BD11BDA)]
+    x0 = (counter[:, 0].astype(np.uint64) + ks[0]) & _MASK
+    x1 = (counter[:, 1].astype(np.uint64) + ks[1]) & _MASK
+    for i in range(5):
+        for r in _THREEFRY_ROTATIONS[i % 2]:
+            x0 = (x0 + x1) & _MASK
+            x1 = (((x1 << np.uint64(r)) | (x1 >> np.uint64(32 - r))) & _MASK) ^ x0
+        x0 = (x0 + ks[(i + 1) % 3]) & _MASK
+        x1 = (x1 + ks[(i + 2) % 3] + np.uint64(i + 1)) & _MASK
+    return np.stack([x0, x1], axis=1).astype(np.uint32)
+
+
+def _split64(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    return (values & _MASK).astype(np.uint32), (values >> np.uint64(32)).astype(np.uint32)
 
 
 @semantics("rng_bit_generator", kind="random")
 def _rng_bit_generator(node: Node, args: Arrays, interp: Interpreter) -> Arrays:
-    """(new_state, bits) = Philox-4x32-10 stream keyed by the state; the state's counter advances by the
-    number of 128-bit blocks used (THREE_FRY requests also use Philox: the bits differ from XLA's, the
-    distribution does not)"""
+    """(new_state, bits) as XLA computes them. The state's 32-bit words are [key lo, key hi, counter ...].
+    THREE_FRY: one Threefry-2x32 call per 64 output bits, on the 64-bit counter (words 2, 3) plus i; the
+    counter advances by the calls made. PHILOX (and DEFAULT): one Philox-4x32 block per 128 output bits, on
+    the 128-bit counter (words 2–5; a two-word state's high half is its key), its low 64 bits plus i; the
+    counter advances by the blocks made. Output words fill the result in order, little-endian."""
     state = np.ascontiguousarray(args[0])
     words = state.view(np.uint32).ravel()
-    key = words[:2] if words.size >= 2 else np.array([words[0], 0], np.uint32)
-    counter0 = int(words[2]) | (int(words[3]) << 32) if words.size >= 4 else 0
+    if words.size < 4:
+        raise SimError(f"rng_bit_generator state of {words.size * 4} bytes; XLA's generators need at least 16",
+                       where=node.loc, hint="use a u32[4] or u64[2] state (jax.random with the rbg implementation)")
+    key = words[:2]
+    counter = int(words[2]) | (int(words[3]) << 32)
     out_t = node.outputs[1].type
-    nbytes = out_t.size * out_t.np_dtype.itemsize
-    blocks = -(-nbytes // 16)
-    counters = np.zeros((blocks, 4), np.uint32)
-    seq = np.arange(blocks, dtype=np.uint64) + np.uint64(counter0)
-    counters[:, 0] = (seq & np.uint64(0xFFFFFFFF)).astype(np.uint32)
-    counters[:, 1] = (seq >> np.uint64(32)).astype(np.uint32)
-    bits = philox4x32(counters, key).view(np.uint8).ravel()[:nbytes]
+    itemsize = out_t.np_dtype.itemsize
+    # one 32-bit word per element (narrower types keep its low bits), two for 64-bit types (low word first)
+    shape = (*out_t.shape, 2) if itemsize == 8 else out_t.shape
+    count = int(np.prod(shape, dtype=np.int64))
+    algorithm = str(node.attrs.get("rng_algorithm", "DEFAULT"))
     new_words = words.copy()
-    if new_words.size >= 4:
-        nxt = counter0 + blocks
-        new_words[2] = nxt & 0xFFFFFFFF
-        new_words[3] = (nxt >> 32) & 0xFFFFFFFF
+    if algorithm == "THREE_FRY":
+        # NOTE: XLA pairs the two words of each call along one dimension: the first even one, else the largest,
+        # padded by one; calls run row-major over the shape with that dimension halved
+        padded = list(shape) or [1]
+        even = [i for i, n in enumerate(padded) if n % 2 == 0]
+        dim = even[0] if even else int(np.argmax(padded))
+        padded[dim] += padded[dim] % 2
+        halved = list(padded)
+        halved[dim] //= 2
+        calls = int(np.prod(halved, dtype=np.int64))
+        lo, hi = _split64(np.arange(calls, dtype=np.uint64) + np.uint64(counter))
+        pair = threefry2x32(np.stack([lo, hi], axis=1), key)              # (calls, 2)
+        x0, x1 = pair[:, 0].reshape(halved), pair[:, 1].reshape(halved)
+        stream = np.stack([x0, x1], axis=dim + 1).reshape(padded)
+        stream = stream[tuple(slice(0, n) for n in (shape or (1,)))].ravel()[:count]
+        advance = calls
     else:
-        new_words[-1] = new_words[-1] + np.uint32(blocks)
+        blocks = -(-count // 4)
+        seq = np.arange(blocks, dtype=np.uint64) + np.uint64(counter)
+        high = words[4:6] if words.size >= 6 else words[0:2]
+        lo, hi = _split64(seq)
+        counters = np.stack([lo, hi, np.full(blocks, high[0], np.uint32), np.full(blocks, high[1], np.uint32)],
+                            axis=1)
+        stream = philox4x32(counters, key).ravel()[:count]
+        advance = blocks
+    nxt = (counter + advance) & 0xFFFFFFFFFFFFFFFF
+    new_words[2], new_words[3] = nxt & 0xFFFFFFFF, nxt >> 32
     new_state = new_words.view(state.dtype).reshape(state.shape)
-    return [new_state, bits.view(out_t.np_dtype).reshape(out_t.shape)]
-
-
-@semantics("rng", kind="random")
-def _rng(node: Node, args: Arrays, interp: Interpreter) -> Arrays:
-    """result = random numbers of the result shape: UNIFORM in [a, b) (integers too), NORMAL with mean a and
-    standard deviation b; deterministic (seeded by the op's location), as the spec leaves the stream open"""
-    import zlib
-
-    a, b = (np.asarray(x).astype(np.float64) for x in args[:2])
-    t = node.out.type
-    rng = np.random.Generator(np.random.Philox(zlib.crc32(f"{node.loc}|{t}".encode())))
-    if str(node.attrs.get("rng_distribution", "UNIFORM")).endswith("NORMAL"):
-        values = rng.normal(a, b, t.shape)
-    elif t.dt.is_float:
-        values = a + (b - a) * rng.random(t.shape)
-        values = np.where(values >= b, a, values)       # rounding must not reach b
+    if itemsize == 8:
+        pairs = stream.reshape(-1, 2).astype(np.uint64)
+        values = pairs[:, 0] | (pairs[:, 1] << np.uint64(32))
     else:
-        lo, hi = int(a), int(b)
-        values = rng.integers(lo, hi, t.shape) if hi > lo else np.full(t.shape, lo)
-    return [values.astype(np.float32).astype(t.np_dtype) if t.dt.is_float else values.astype(t.np_dtype)]
+        values = stream
+    return [new_state, values.astype(np.dtype(f"u{itemsize}")).view(out_t.np_dtype).reshape(out_t.shape)]
