@@ -93,3 +93,25 @@ def test_more_elements_never_take_less_time() -> None:
                                                       ((("tmp", 0), "fp32"),))).seconds
              for n in (64, 512, 4096, 32768)]
     assert times == sorted(times)
+
+
+def test_a_working_set_larger_than_sbuf_falls_back_to_the_analytic_cost() -> None:
+    from trnsim.compiler.lowering import _generated  # pyright: ignore[reportPrivateUsage]
+    from trnsim.compiler.options import CompileOptions
+    from trnsim.compiler.pipeline import PassContext
+    from trnsim.dsl.errors import KernelError
+
+    # 24 exp tiles of [128, 4096] fp32 (16 KiB per partition each) all live until a final sum: > SBUF
+    live = 24
+    steps: list[tuple[str, str, tuple[tilegen.Ref, ...], str]] = [
+        ("alu", "mul", (("in", 0), ("imm", float(i + 1))), "fp32") for i in range(live)]
+    steps.append(("alu", "add", (("tmp", 0), ("tmp", 1)), "fp32"))
+    for i in range(2, live):
+        steps.append(("alu", "add", (("tmp", len(steps) - 1), ("tmp", i)), "fp32"))
+    recipe = tilegen.Recipe(4096 * 256, (("fp32", "full"),), tuple(steps), ((("tmp", len(steps) - 1), "fp32"),),
+                            cols=4096, output_kinds=("full",))
+    with pytest.raises(KernelError, match="out of sbuf"):
+        tilegen.fused_time("trn3", recipe)
+    ctx = PassContext(registry.get("trn3"), CompileOptions())
+    assert _generated("trn3", recipe, ctx) is None
+    assert ctx.stats["sbuf_fallbacks"] == 1

@@ -163,9 +163,9 @@ def plan_graph(graph: Graph, ctx: PassContext, machine: costs.Machine) -> Plan:
         elif kind == "fused":
             costs.fused_cost(machine, members, cost, list(external.values()), outputs)
             recipe = tilegen.recipe_for(members, list(external.values()), outputs)
-            if recipe is not None:
+            timed = _generated(machine.target, recipe, ctx) if recipe is not None else None
+            if timed is not None:
                 # generated tile code, timed by the instruction-level model, replaces the analytic estimate
-                timed = tilegen.fused_time(machine.target, recipe)
                 cost.busy = dict(timed.busy)
                 cost.instructions = {"kernel": timed.instructions}
                 cost.min_seconds = timed.seconds
@@ -193,6 +193,18 @@ def plan_graph(graph: Graph, ctx: PassContext, machine: costs.Machine) -> Plan:
     run_schedule(plan, [s.seconds for s in steps])
     plan.sbuf_peak = max((s.sbuf_bytes for s in steps), default=0)
     return plan
+
+
+def _generated(target: str, recipe: tilegen.Recipe, ctx: PassContext) -> tilegen.TileTime | None:
+    """The generated kernel's timing, or None when its working set does not fit SBUF even with
+    intermediates freed at their last use (the step then keeps the analytic cost, which spills)."""
+    from trnsim.dsl.errors import KernelError
+
+    try:
+        return tilegen.fused_time(target, recipe)
+    except KernelError:
+        ctx.stats["sbuf_fallbacks"] = ctx.stats.get("sbuf_fallbacks", 0) + 1
+        return None
 
 
 def _topological(groups: dict[int, list[Node]], graph: Graph) -> list[int]:

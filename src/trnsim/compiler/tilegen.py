@@ -239,6 +239,18 @@ def _kernel() -> Any:
                 queue += 1
             return tiles
 
+        # step index → intermediates read there for the last time (never the ones the group stores)
+        stored = {r[1] for r, _ in recipe.outputs if r[0] == "tmp"}
+        last: dict[int, int] = {}
+        for index, (_, _, operands, _) in enumerate(recipe.steps):
+            for r in operands:
+                if r[0] == "tmp":
+                    last[r[1]] = index
+        last_read: dict[int, list[int]] = {}
+        for j, index in last.items():
+            if j not in stored:
+                last_read.setdefault(index, []).append(j)
+
         # NOTE: software pipelining: DMAs issue in program order, so block i+PREFETCH's loads are emitted
         # before block i's stores (which wait for its compute), keeping the queues busy
         loaded = [load_block(*b) for b in blocks[:PREFETCH]]
@@ -246,13 +258,13 @@ def _kernel() -> Any:
             if i + PREFETCH < len(blocks):
                 loaded.append(load_block(*blocks[i + PREFETCH]))
             tiles = loaded[i]
-            tmps: list[Tensor] = []
+            tmps: list[Tensor | None] = []
 
-            def get(ref: Ref, tiles: list[Tensor] = tiles, tmps: list[Tensor] = tmps) -> Any:
+            def get(ref: Ref, tiles: list[Tensor] = tiles, tmps: list[Tensor | None] = tmps) -> Any:
                 kind, value = ref
                 return tiles[value] if kind == "in" else tmps[value] if kind == "tmp" else value
 
-            for kind, op, operands, dt in recipe.steps:
+            for index, (kind, op, operands, dt) in enumerate(recipe.steps):
                 args = [get(r) for r in operands]
                 if kind == "alu":
                     tmps.append(dsl.binary(op, args[0], args[1], dtype=dt))
@@ -264,10 +276,16 @@ def _kernel() -> Any:
                     tmps.append(dsl.reduce(op, args[0], axis=-1, dtype=dt))
                 else:
                     tmps.append(dsl.where(args[0], args[1], args[2], dtype=dt))
+                # free the intermediates this step read for the last time: the working set stays small
+                dead = [tmps[j] for j in last_read.get(index, ()) if tmps[j] is not None]
+                if dead:
+                    dsl.release(*dead)
+                    for j in last_read[index]:
+                        tmps[j] = None  # type: ignore[call-overload]
             for out, (ref, _), k in zip(outs, recipe.outputs, kinds, strict=True):
                 dsl.store(part(out, k, b0, bw), get(ref), queue=queue % QUEUES)
                 queue += 1
-            dsl.release(*(t for j, t in enumerate(tiles) if j not in columns), *tmps)
+            dsl.release(*(t for j, t in enumerate(tiles) if j not in columns), *(t for t in tmps if t is not None))
             loaded[i] = []
         return tuple(outs)
 
