@@ -277,11 +277,11 @@ def _kernel() -> Any:
                 else:
                     tmps.append(dsl.where(args[0], args[1], args[2], dtype=dt))
                 # free the intermediates this step read for the last time: the working set stays small
-                dead = [tmps[j] for j in last_read.get(index, ()) if tmps[j] is not None]
+                dead = [t for j in last_read.get(index, ()) if (t := tmps[j]) is not None]
                 if dead:
                     dsl.release(*dead)
                     for j in last_read[index]:
-                        tmps[j] = None  # type: ignore[call-overload]
+                        tmps[j] = None
             for out, (ref, _), k in zip(outs, recipe.outputs, kinds, strict=True):
                 dsl.store(part(out, k, b0, bw), get(ref), queue=queue % QUEUES)
                 queue += 1
