@@ -215,8 +215,16 @@ def matmul_cost(m: Machine, node: Node, prologue: list[Node], epilogue: list[Nod
             continue
         cost.add("vector", engine_op_seconds(m, "vector", p.out.type.size, p.out.type.dtype, TILE_F_MAX),
                  tile_instructions(m, p.out.type.size, TILE_F_MAX))
+    kt = None
     if name is not None and name in m.core.tensor.rate and min(rows_m, k, n) > 0:
-        kt = matmul_time(m.target, batch * rows_m, k, n, name, sparsity, OUT_NAME.get(node.out.type.dtype, "fp32"))
+        from trnsim.dsl.errors import KernelError
+
+        try:
+            kt = matmul_time(m.target, batch * rows_m, k, n, name, sparsity,
+                             OUT_NAME.get(node.out.type.dtype, "fp32"))
+        except KernelError:
+            kt = None           # a shape or format the library kernel cannot tile: the analytic model below
+    if kt is not None:
         for engine, seconds in kt.busy.items():
             cost.add(engine, seconds, 0)
         cost.instructions["kernel"] = cost.instructions.get("kernel", 0) + kt.instructions
