@@ -192,3 +192,23 @@ def _rng_bit_generator(node: Node, args: Arrays, interp: Interpreter) -> Arrays:
     else:
         values = stream
     return [new_state, values.astype(np.dtype(f"u{itemsize}")).view(out_t.np_dtype).reshape(out_t.shape)]
+
+
+@semantics("rng", kind="random")
+def _rng(node: Node, args: Arrays, interp: Interpreter) -> Arrays:
+    """result = random numbers of the result shape: UNIFORM in [a, b) (integers too), NORMAL with mean a and
+    standard deviation b; deterministic (seeded by the op's location), as the spec leaves the stream open"""
+    import zlib
+
+    a, b = (np.asarray(x).astype(np.float64) for x in args[:2])
+    t = node.out.type
+    rng = np.random.Generator(np.random.Philox(zlib.crc32(f"{node.loc}|{t}".encode())))
+    if str(node.attrs.get("rng_distribution", "UNIFORM")).endswith("NORMAL"):
+        return [rng.normal(a, b, t.shape).astype(np.float32).astype(t.np_dtype)]
+    if t.dt.is_float:
+        values = (a + (b - a) * rng.random(t.shape)).astype(np.float32).astype(t.np_dtype)
+        # NOTE: rounding to the result type may reach b, which [a, b) excludes
+        return [np.where(values.astype(np.float64) >= b, np.asarray(a).astype(t.np_dtype), values)]
+    lo, hi = int(a), int(b)
+    values = rng.integers(lo, hi, t.shape) if hi > lo else np.full(t.shape, lo)
+    return [values.astype(t.np_dtype)]
