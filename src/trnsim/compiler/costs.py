@@ -45,6 +45,7 @@ SBUF_BUDGET = 0.75           # fraction of SBUF a step's tiles may use; the rest
 TRANSCENDENTAL = frozenset({"exponential", "exponential_minus_one", "log", "log_plus_one", "logistic", "tanh",
                             "sine", "cosine", "tan", "sqrt", "rsqrt", "cbrt", "power", "atan2"})
 FREE_VIEWS = frozenset({"reshape", "broadcast_in_dim", "bitcast_convert"})
+ALIASES = frozenset({"reshape", "bitcast_convert", "optimization_barrier"})   # steps of these alone move nothing
 
 # IR element type / autocast format → the preset's TensorE rate and engine dtype names
 RATE_NAME: dict[str, str] = {
