@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from trnsim.compiler import costs, tilegen
+from trnsim.compiler import costs, dmagen, tilegen
 from trnsim.compiler.fusion import fuse
 from trnsim.compiler.pipeline import PassContext
 from trnsim.errors import CompileError, UnsupportedError
@@ -179,6 +179,14 @@ def plan_graph(graph: Graph, ctx: PassContext, machine: costs.Machine) -> Plan:
         else:
             rule = costs.SINGLE_RULES.get(kind, costs.elementwise_cost)
             rule(machine, members[0], cost)
+            layout = dmagen.layout_for(members[0]) if kind == "data" else None
+            moved = _generated_layout(machine.target, layout, ctx) if layout is not None else None
+            if moved is not None:
+                # a generated DMA kernel, timed by the instruction-level model, replaces the analytic cost
+                cost.dma_bytes, cost.min_seconds = moved.dma_bytes, moved.seconds
+                cost.dma_seconds = moved.seconds
+                cost.instructions = {"dma": moved.instructions}
+                kernel_name = "generated_dma"
         if kind != "data" and cost.dma_seconds == 0 and cost.dma_bytes:
             cost.dma_seconds = costs.dma_seconds(machine, cost.dma_bytes)
         deps = sorted({producer_step[v.id] for v in external.values() if v.id in producer_step})
@@ -206,6 +214,16 @@ def _generated(target: str, recipe: tilegen.Recipe, ctx: PassContext) -> tilegen
         return tilegen.fused_time(target, recipe)
     except KernelError:
         ctx.stats["sbuf_fallbacks"] = ctx.stats.get("sbuf_fallbacks", 0) + 1
+        return None
+
+
+def _generated_layout(target: str, layout: dmagen.Layout, ctx: PassContext) -> dmagen.LayoutTime | None:
+    from trnsim.dsl.errors import KernelError
+
+    try:
+        return dmagen.layout_time(target, layout)
+    except KernelError:
+        ctx.stats["dma_fallbacks"] = ctx.stats.get("dma_fallbacks", 0) + 1
         return None
 
 

@@ -176,6 +176,16 @@ class Tensor:
                  "use dsl.transpose(tile) on TensorE, or load through a transposed HBM view: load(x[...].T)")
         return Tensor(self.buffer, self.dtype, (self.dims[1], self.dims[0]), self.fixed)
 
+    def permute(self, *axes: int) -> Tensor:
+        """The view with its dimensions reordered (``numpy.transpose``; HBM views only: a DMA through it
+        moves the data into that order)."""
+        if sorted(axes) != list(range(len(self.dims))):
+            fail(f"permute{axes} of a {len(self.dims)}-D tensor", f"give each of 0..{len(self.dims) - 1} once")
+        if self.on_chip:
+            fail("on-chip tiles cannot be permuted by a view (partitions are not strided)",
+                 "permute the HBM view you load from")
+        return Tensor(self.buffer, self.dtype, tuple(self.dims[a] for a in axes), self.fixed)
+
     def broadcast_to(self, shape: tuple[int, ...]) -> Tensor:
         """Repeat size-1 (or missing leading) dimensions with stride 0, numpy-style."""
         if len(shape) < len(self.dims):

@@ -1,0 +1,144 @@
+"""Generated DMA kernels for layout steps: transposes and slices, timed by the instruction-level model.
+
+A transpose that keeps the innermost dimension in place is a copy through a permuted HBM view, split along
+its first dimension over the DMA queues. One that swaps the two innermost dimensions (leading ones in
+order) is a batch of 2-D transposes through ``.T`` views, which take the DMA-transpose path for 2- and
+4-byte types (``reference/neuron.md`` §1.3), round-robin over the queues. Any other permutation is one copy
+through the permuted view (element-sized descriptors: slow, as it would be on the chip). A slice is a copy
+through a strided view, split the same way. The kernels are traced once per shape and timed in
+timing-only mode; on the functional simulator they move the data exactly (tested).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from math import prod
+from typing import Any
+
+from trnsim.ir.graph import Node
+
+QUEUES = 16
+MAX_DMAS = 512            # batched 2-D transposes beyond this many are timed on a sample and scaled
+DSL_DTYPE: dict[str, str] = {"f32": "fp32", "bf16": "bf16", "f16": "fp16", "i32": "int32", "ui32": "uint32",
+                             "i16": "int16", "ui16": "uint16", "i8": "int8", "ui8": "uint8"}
+
+
+@dataclass(frozen=True)
+class Layout:
+    """What a generated layout kernel does (hashable: kernels and their times are cached)."""
+
+    op: str                                   # "transpose" | "slice"
+    shape: tuple[int, ...]                    # the input's shape
+    dtype: str                                # DSL dtype
+    perm: tuple[int, ...] = ()                # transpose
+    start: tuple[int, ...] = ()               # slice
+    limit: tuple[int, ...] = ()
+    stride: tuple[int, ...] = ()
+
+
+def layout_for(node: Node) -> Layout | None:
+    """The generated form of a transpose or slice node, or None (other ops, dtypes or 0-d tensors)."""
+    x = node.inputs[0].type if node.inputs else None
+    if x is None or x.rank == 0 or x.dtype not in DSL_DTYPE or x.size == 0:
+        return None
+    if node.op == "transpose":
+        return Layout("transpose", x.shape, DSL_DTYPE[x.dtype], perm=tuple(node.attrs["permutation"]))
+    if node.op == "slice":
+        a = node.attrs
+        return Layout("slice", x.shape, DSL_DTYPE[x.dtype], start=tuple(a["start_indices"]),
+                      limit=tuple(a["limit_indices"]), stride=tuple(a["strides"]))
+    return None
+
+
+def _kernel() -> Any:
+    from trnsim import dsl
+    from trnsim.dsl import Tensor
+
+    @dsl.kernel
+    def layout_copy(x: Tensor, *, layout: Layout) -> Tensor:
+        """``x`` transposed or sliced into a new HBM tensor by DMA (module docstring)."""
+        queue = 0
+
+        def copy(dst: Tensor, src: Tensor) -> None:
+            nonlocal queue
+            dsl.dma_copy(dst, src, queue=queue % QUEUES)
+            queue += 1
+
+        if layout.op == "slice":
+            view = x[tuple(slice(s, e, st) for s, e, st in zip(layout.start, layout.limit, layout.stride,
+                                                                 strict=True))]
+            out = dsl.hbm_tensor(view.shape, x.dtype, name="out")
+            for i0, i1 in _chunks(view.shape[0]):
+                copy(out[i0:i1], view[i0:i1])
+            return out
+        perm = layout.perm
+        rank = len(perm)
+        out = dsl.hbm_tensor(tuple(x.shape[a] for a in perm), x.dtype, name="out")
+        if perm[-1] == rank - 1 or rank == 1:
+            view = x.permute(*perm)
+            for i0, i1 in _chunks(out.shape[0]):
+                copy(out[i0:i1], view[i0:i1])
+        elif rank >= 2 and tuple(perm[:-2]) == tuple(range(rank - 2)) and perm[-2:] == (rank - 1, rank - 2):
+            for lead in _indices(x.shape[:-2]):
+                copy(out[lead], x[lead].T)
+        else:
+            copy(out, x.permute(*perm))
+        return out
+
+    return layout_copy
+
+
+def _chunks(n: int) -> list[tuple[int, int]]:
+    size = -(-n // min(n, QUEUES))
+    return [(i, min(n, i + size)) for i in range(0, n, size)]
+
+
+def _indices(shape: tuple[int, ...]) -> list[tuple[int, ...]]:
+    out: list[tuple[int, ...]] = [()]
+    for n in shape:
+        out = [(*o, i) for o in out for i in range(n)]
+    return out
+
+
+_KERNEL: list[Any] = []
+
+
+@dataclass(frozen=True)
+class LayoutTime:
+    seconds: float
+    dma_bytes: int
+    instructions: int
+
+
+def layout_time(target: str, layout: Layout) -> LayoutTime:
+    """The generated kernel's time; batched 2-D transposes of more than ``MAX_DMAS`` matrices are timed on
+    that many and scaled (each is an independent DMA, round-robin over the queues)."""
+    batch = prod(layout.shape[:-2]) if layout.op == "transpose" and len(layout.shape) > 2 else 1
+    if batch > MAX_DMAS and layout.perm[-2:] == (len(layout.perm) - 1, len(layout.perm) - 2):
+        sample = Layout(layout.op, (MAX_DMAS, *layout.shape[-2:]), layout.dtype,
+                        perm=(0, 2, 1))
+        t = _timed(target, sample)
+        f = batch / MAX_DMAS
+        return LayoutTime(t.seconds * f, round(t.dma_bytes * f), round(t.instructions * f))
+    return _timed(target, layout)
+
+
+@lru_cache(maxsize=1024)
+def _timed(target: str, layout: Layout) -> LayoutTime:
+    import trnsim
+    from trnsim.sim.profile import Profile
+
+    if not _KERNEL:
+        _KERNEL.append(_kernel())
+    spec: Any = trnsim.TensorSpec(layout.shape, layout.dtype)
+    result = trnsim.run_kernel(_KERNEL[0], spec, target=target, timing=True, layout=layout)
+    profile = result.profile
+    assert isinstance(profile, Profile)
+    return LayoutTime(profile.total_seconds, profile.dma_bytes, profile.instructions)
+
+
+def clear_memo() -> None:
+    _timed.cache_clear()
+    for k in _KERNEL:
+        k._cache.clear()  # pyright: ignore[reportPrivateUsage]

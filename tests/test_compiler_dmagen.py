@@ -1,0 +1,58 @@
+"""Generated DMA kernels for transposes and slices: the forms chosen, that they move the data exactly on
+the functional simulator, and that a transposing copy the DMA-transpose path cannot take costs more."""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+import pytest
+
+import trnsim
+from trnsim.compiler import dmagen
+from trnsim.hw import registry
+from trnsim.isa.verify import verify
+
+
+def _program(fn, x):  # type: ignore[no-untyped-def]
+    return trnsim.compile(jax.jit(fn).lower(x), cache=False)
+
+
+@pytest.mark.parametrize(("shape", "perm"), [((16, 64, 4, 32), (0, 2, 1, 3)), ((128, 384), (1, 0)),
+                                             ((4, 8, 32, 64), (0, 1, 3, 2)), ((6, 5, 7), (2, 0, 1))])
+def test_transposes_lower_to_dma_kernels_that_move_the_data_exactly(shape: tuple[int, ...],
+                                                                    perm: tuple[int, ...]) -> None:
+    x = np.arange(np.prod(shape), dtype=np.float32).reshape(shape)
+    program = _program(lambda v: jax.numpy.transpose(v, perm), x)
+    (step,) = program.plan.steps
+    assert step.kernel == "generated_dma" and step.ops == ["transpose"]
+    layout = dmagen.layout_for(program.graph.nodes[step.nodes[0]])
+    assert layout is not None
+    kernel = dmagen._kernel()  # pyright: ignore[reportPrivateUsage]
+    verify(kernel.compile_specs([(shape, "fp32")], "trn3", {"layout": layout}).program, registry.get("trn3"))
+    moved = trnsim.run_kernel(kernel, x, layout=layout).outputs[0]
+    np.testing.assert_array_equal(moved, x.transpose(perm))
+
+
+def test_slices_lower_to_dma_kernels_that_move_the_data_exactly() -> None:
+    x = np.arange(40 * 30, dtype=np.float32).reshape(40, 30)
+    program = _program(lambda v: v[3:37:2, 5:29:3], x)
+    (step,) = program.plan.steps
+    assert step.kernel == "generated_dma"
+    layout = dmagen.layout_for(program.graph.nodes[step.nodes[0]])
+    assert layout is not None
+    kernel = dmagen._kernel()  # pyright: ignore[reportPrivateUsage]
+    moved = trnsim.run_kernel(kernel, x, layout=layout).outputs[0]
+    np.testing.assert_array_equal(moved, x[3:37:2, 5:29:3])
+
+
+def test_a_batched_inner_transpose_takes_the_dma_transpose_path_and_beats_element_descriptors() -> None:
+    inner = dmagen.Layout("transpose", (8, 64, 64), "bf16", perm=(0, 2, 1))        # batched 2-D .T copies
+    scattered = dmagen.Layout("transpose", (8, 64, 64), "bf16", perm=(1, 2, 0))    # element-sized runs
+    assert dmagen.layout_time("trn3", inner).seconds < dmagen.layout_time("trn3", scattered).seconds
+
+
+def test_large_batches_are_timed_on_a_sample_and_scaled() -> None:
+    n = dmagen.MAX_DMAS
+    small = dmagen.layout_time("trn3", dmagen.Layout("transpose", (n, 32, 32), "bf16", perm=(0, 2, 1)))
+    big = dmagen.layout_time("trn3", dmagen.Layout("transpose", (4 * n, 32, 32), "bf16", perm=(0, 2, 1)))
+    assert big.seconds == pytest.approx(4 * small.seconds)
