@@ -56,3 +56,22 @@ def test_large_batches_are_timed_on_a_sample_and_scaled() -> None:
     small = dmagen.layout_time("trn3", dmagen.Layout("transpose", (n, 32, 32), "bf16", perm=(0, 2, 1)))
     big = dmagen.layout_time("trn3", dmagen.Layout("transpose", (4 * n, 32, 32), "bf16", perm=(0, 2, 1)))
     assert big.seconds == pytest.approx(4 * small.seconds)
+
+
+def test_embedding_lookups_and_their_gradients_lower_to_the_library_kernels() -> None:
+    from trnsim.kernels.embeddings import embedding_backward_kernel, embedding_kernel
+
+    rng = np.random.default_rng(0)
+    table = rng.standard_normal((64, 48)).astype(np.float32)
+    ids = rng.integers(0, 64, (5, 7)).astype(np.int32)
+    lookup = trnsim.compile(jax.jit(lambda t, i: t[i]).lower(table, ids), cache=False)
+    assert "embedding_lookup" in [s.kernel for s in lookup.plan.steps]     # after jnp's negative-index wrap
+    (expected,) = lookup.run(table, ids, timing=False)
+    np.testing.assert_array_equal(trnsim.run_kernel(embedding_kernel, table, ids).outputs[0], expected)
+
+    grad = trnsim.compile(jax.jit(jax.grad(lambda t, i: (t[i] * 3.0).sum())).lower(table, ids), cache=False)
+    assert "embedding_scatter_add" in [s.kernel for s in grad.plan.steps]
+    (dtable,) = grad.run(ids, timing=False)            # jax drops the table: the gradient does not read it
+    dout = np.full((5, 7, 48), 3.0, np.float32)
+    result = trnsim.run_kernel(embedding_backward_kernel, dout, ids, vocab=64, dtype="fp32").outputs[0]
+    np.testing.assert_allclose(result, dtable, rtol=1e-6)

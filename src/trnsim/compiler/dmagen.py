@@ -140,5 +140,73 @@ def _timed(target: str, layout: Layout) -> LayoutTime:
 
 def clear_memo() -> None:
     _timed.cache_clear()
+    lookup_time.cache_clear()
     for k in _KERNEL:
         k._cache.clear()  # pyright: ignore[reportPrivateUsage]
+
+
+# ---- embedding-form gather and scatter-add: the kernel library's embedding kernels ----------------------
+
+@dataclass(frozen=True)
+class Lookup:
+    """A row lookup ``table[ids]`` (``op="gather"``) or its gradient ``table[ids] += rows``
+    (``op="scatter_add"``), for ``embedding_kernel`` / ``embedding_backward_kernel``."""
+
+    op: str
+    vocab: int
+    width: int
+    ids: tuple[int, ...]
+    dtype: str
+
+
+def lookup_for(node: Node) -> Lookup | None:
+    """The embedding form of a gather or scatter-add (rows of a [V, D] table by an index vector of size
+    1, no batching dims), or None."""
+    if node.op not in ("gather", "scatter") or not node.inputs:
+        return None
+    table, indices = node.inputs[0].type, node.inputs[1].type
+    if table.rank != 2 or table.dtype not in DSL_DTYPE or indices.dtype not in ("i32", "ui32"):
+        return None
+    ids = indices.shape
+    if node.op == "gather":
+        dn = node.attrs["dimension_numbers"]
+        vec = dn["index_vector_dim"]
+        ok = (dn["collapsed_slice_dims"] == (0,) and dn["start_index_map"] == (0,) and not
+              dn.get("operand_batching_dims") and tuple(node.attrs["slice_sizes"]) == (1, table.shape[1]))
+    else:
+        from trnsim.ir.semantics.reduce import simple_combiner
+
+        dn = node.attrs["scatter_dimension_numbers"]
+        vec = dn["index_vector_dim"]
+        ok = (len(node.inputs) == 3 and dn["inserted_window_dims"] == (0,) and
+              dn["scatter_dims_to_operand_dims"] == (0,) and not dn.get("input_batching_dims") and
+              simple_combiner(node.regions[0]) == "add" and node.inputs[2].type.shape[-1] == table.shape[1])
+    if not ok:
+        return None
+    if vec < len(ids):
+        if ids[vec] != 1:
+            return None
+        ids = ids[:vec] + ids[vec + 1:]
+    if not ids:
+        return None
+    return Lookup("gather" if node.op == "gather" else "scatter_add", table.shape[0], table.shape[1], ids,
+                  DSL_DTYPE[table.dtype])
+
+
+@lru_cache(maxsize=256)
+def lookup_time(target: str, lookup: Lookup) -> LayoutTime:
+    import trnsim
+    from trnsim.kernels.embeddings import embedding_backward_kernel, embedding_kernel
+    from trnsim.sim.profile import Profile
+
+    spec: Any = trnsim.TensorSpec
+    ids = spec(lookup.ids, "int32")
+    if lookup.op == "gather":
+        result = trnsim.run_kernel(embedding_kernel, spec((lookup.vocab, lookup.width), lookup.dtype), ids,
+                                   target=target, timing=True)
+    else:
+        result = trnsim.run_kernel(embedding_backward_kernel, spec((*lookup.ids, lookup.width), lookup.dtype), ids,
+                                   target=target, timing=True, vocab=lookup.vocab, dtype=lookup.dtype)
+    profile = result.profile
+    assert isinstance(profile, Profile)
+    return LayoutTime(profile.total_seconds, profile.dma_bytes, profile.instructions)

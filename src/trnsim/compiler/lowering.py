@@ -181,12 +181,16 @@ def plan_graph(graph: Graph, ctx: PassContext, machine: costs.Machine) -> Plan:
             rule(machine, members[0], cost)
             layout = dmagen.layout_for(members[0]) if kind == "data" else None
             moved = _generated_layout(machine.target, layout, ctx) if layout is not None else None
+            lookup = dmagen.lookup_for(members[0]) if kind == "index" else None
+            if lookup is not None:
+                moved = _library_lookup(machine.target, lookup, ctx)
+                kernel_name = "embedding_lookup" if lookup.op == "gather" else "embedding_scatter_add"
             if moved is not None:
                 # a generated DMA kernel, timed by the instruction-level model, replaces the analytic cost
                 cost.dma_bytes, cost.min_seconds = moved.dma_bytes, moved.seconds
                 cost.dma_seconds = moved.seconds
                 cost.instructions = {"dma": moved.instructions}
-                kernel_name = "generated_dma"
+                kernel_name = "generated_dma" if lookup is None else kernel_name
         if kind != "data" and cost.dma_seconds == 0 and cost.dma_bytes:
             cost.dma_seconds = costs.dma_seconds(machine, cost.dma_bytes)
         deps = sorted({producer_step[v.id] for v in external.values() if v.id in producer_step})
@@ -222,6 +226,16 @@ def _generated_layout(target: str, layout: dmagen.Layout, ctx: PassContext) -> d
 
     try:
         return dmagen.layout_time(target, layout)
+    except KernelError:
+        ctx.stats["dma_fallbacks"] = ctx.stats.get("dma_fallbacks", 0) + 1
+        return None
+
+
+def _library_lookup(target: str, lookup: dmagen.Lookup, ctx: PassContext) -> dmagen.LayoutTime | None:
+    from trnsim.dsl.errors import KernelError
+
+    try:
+        return dmagen.lookup_time(target, lookup)
     except KernelError:
         ctx.stats["dma_fallbacks"] = ctx.stats.get("dma_fallbacks", 0) + 1
         return None
