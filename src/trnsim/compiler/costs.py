@@ -228,7 +228,8 @@ def matmul_cost(m: Machine, node: Node, prologue: list[Node], epilogue: list[Nod
     if kt is not None:
         for engine, seconds in kt.busy.items():
             cost.add(engine, seconds, 0)
-        cost.instructions["kernel"] = cost.instructions.get("kernel", 0) + kt.instructions
+        for engine, count in kt.by_engine.items():
+            cost.instructions[engine] = cost.instructions.get(engine, 0) + count
         cost.min_seconds = kt.seconds
         kernel_io = kt.hbm_bytes - operand_bytes_kernel - node.out.type.nbytes    # scales, indices
         cost.dma_bytes += max(kernel_io, 0) + operand_bytes_real + kernel_out + other + out_bytes

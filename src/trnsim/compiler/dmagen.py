@@ -11,7 +11,7 @@ timing-only mode; on the functional simulator they move the data exactly (tested
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from math import prod
 from typing import Any
@@ -109,6 +109,7 @@ class LayoutTime:
     seconds: float
     dma_bytes: int
     instructions: int
+    by_engine: dict[str, int] = field(default_factory=dict[str, int])    # instructions per engine ("dma")
 
 
 def layout_time(target: str, layout: Layout) -> LayoutTime:
@@ -120,7 +121,10 @@ def layout_time(target: str, layout: Layout) -> LayoutTime:
                         perm=(0, 2, 1))
         t = _timed(target, sample)
         f = batch / MAX_DMAS
-        return LayoutTime(t.seconds * f, round(t.dma_bytes * f), round(t.instructions * f))
+        from trnsim.compiler.kernel_timing import scale_counts
+
+        return LayoutTime(t.seconds * f, round(t.dma_bytes * f), round(t.instructions * f),
+                          scale_counts(t.by_engine, f))
     return _timed(target, layout)
 
 
@@ -135,7 +139,9 @@ def _timed(target: str, layout: Layout) -> LayoutTime:
     result = trnsim.run_kernel(_KERNEL[0], spec, target=target, timing=True, layout=layout)
     profile = result.profile
     assert isinstance(profile, Profile)
-    return LayoutTime(profile.total_seconds, profile.dma_bytes, profile.instructions)
+    from trnsim.compiler.kernel_timing import engine_counts
+
+    return LayoutTime(profile.total_seconds, profile.dma_bytes, profile.instructions, engine_counts(profile))
 
 
 def clear_memo() -> None:
@@ -209,4 +215,6 @@ def lookup_time(target: str, lookup: Lookup) -> LayoutTime:
                                    target=target, timing=True, vocab=lookup.vocab, dtype=lookup.dtype)
     profile = result.profile
     assert isinstance(profile, Profile)
-    return LayoutTime(profile.total_seconds, profile.dma_bytes, profile.instructions)
+    from trnsim.compiler.kernel_timing import engine_counts
+
+    return LayoutTime(profile.total_seconds, profile.dma_bytes, profile.instructions, engine_counts(profile))

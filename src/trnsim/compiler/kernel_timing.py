@@ -14,7 +14,7 @@ the batch members have different right-hand sides. Results are cached per shape 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
@@ -28,6 +28,20 @@ class KernelTime:
     hbm_bytes: int
     instructions: int
     flops: float
+    by_engine: dict[str, int] = field(default_factory=dict[str, int])   # instructions per engine ("dma")
+
+
+def engine_counts(profile: Any) -> dict[str, int]:
+    """Instructions per engine of a timed kernel; DMAs (issued from the sync engine) count as ``dma``."""
+    counts: dict[str, int] = {}
+    for engine in profile.timeline.engine:
+        name = "dma" if engine == "sync" else str(engine)
+        counts[name] = counts.get(name, 0) + 1
+    return counts
+
+
+def scale_counts(counts: dict[str, int], factor: float) -> dict[str, int]:
+    return {e: round(n * factor) for e, n in counts.items()}
 
 
 def _kt_kernel() -> object:
@@ -79,8 +93,9 @@ def matmul_time(target: str, m: int, k: int, n: int, dtype: str, sparsity: str |
             return max(yb, ya + slope * (area - area_a))
 
         busy = {e: fit(a.busy.get(e, 0.0), t) for e, t in b.busy.items()}
+        counts = {e: round(fit(a.by_engine.get(e, 0), n)) for e, n in b.by_engine.items()}
         return KernelTime(fit(a.seconds, b.seconds), busy, round(fit(a.hbm_bytes, b.hbm_bytes)),
-                          round(fit(a.instructions, b.instructions)), fit(a.flops, b.flops))
+                          round(fit(a.instructions, b.instructions)), fit(a.flops, b.flops), counts)
     return _best(target, m, k, n, dtype, sparsity, out_dtype)
 
 
@@ -140,7 +155,8 @@ def _summary(profile: object) -> KernelTime:
 
     assert isinstance(profile, Profile)
     busy = {e: t for e, t in profile.engine_busy.items() if e in ("tensor", "vector", "scalar", "gpsimd") and t > 0}
-    return KernelTime(profile.total_seconds, busy, profile.hbm_bytes, profile.instructions, profile.flops)
+    return KernelTime(profile.total_seconds, busy, profile.hbm_bytes, profile.instructions, profile.flops,
+                      engine_counts(profile))
 
 
 def clear_memo() -> None:

@@ -60,13 +60,14 @@ class Plan:
     sbuf_peak: int = 0
 
     def instruction_counts(self) -> dict[str, int]:
-        """Instructions per engine (DMA: one transfer per step that moves data; ``kernel``: the instructions
-        of library kernels, all engines), control bodies once."""
+        """Instructions per engine: those of the step's kernels (library, generated) as traced, estimated
+        tile instructions for analytic steps (DMA: one transfer per analytic step that moves data), control
+        bodies once."""
         counts: dict[str, int] = dict.fromkeys((*ENGINES, "dma"), 0)
         for s in self.steps:
             for e, n in s.instructions.items():
                 counts[e] = counts.get(e, 0) + n
-            counts["dma"] += 1 if s.dma_bytes else 0
+            counts["dma"] += 1 if s.dma_bytes and "dma" not in s.instructions else 0
             for sub in s.sub:
                 for e, n in sub.instruction_counts().items():
                     counts[e] = counts.get(e, 0) + n
@@ -169,7 +170,7 @@ def plan_graph(graph: Graph, ctx: PassContext, machine: costs.Machine) -> Plan:
             if timed is not None:
                 # generated tile code, timed by the instruction-level model, replaces the analytic estimate
                 cost.busy = dict(timed.busy)
-                cost.instructions = {"kernel": timed.instructions}
+                cost.instructions = dict(timed.by_engine)
                 cost.min_seconds = timed.seconds
                 kernel_name = "generated_elementwise"
         elif kind == "control":
@@ -189,7 +190,7 @@ def plan_graph(graph: Graph, ctx: PassContext, machine: costs.Machine) -> Plan:
                 # a generated DMA kernel, timed by the instruction-level model, replaces the analytic cost
                 cost.dma_bytes, cost.min_seconds = moved.dma_bytes, moved.seconds
                 cost.dma_seconds = moved.seconds
-                cost.instructions = {"dma": moved.instructions}
+                cost.instructions = dict(moved.by_engine)
                 kernel_name = "generated_dma" if lookup is None else kernel_name
         if kind != "data" and cost.dma_seconds == 0 and cost.dma_bytes:
             cost.dma_seconds = costs.dma_seconds(machine, cost.dma_bytes)

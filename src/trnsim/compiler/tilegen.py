@@ -15,7 +15,7 @@ the analytic cost of ``costs.fused_cost``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
@@ -300,6 +300,7 @@ class TileTime:
     seconds: float
     busy: dict[str, float]
     instructions: int
+    by_engine: dict[str, int] = field(default_factory=dict[str, int])    # instructions per engine ("dma")
 
 
 MAX_TIMED_BLOCKS = 64     # larger groups are timed on 64 blocks and scaled: a streaming kernel is linear
@@ -316,7 +317,10 @@ def fused_time(target: str, recipe: Recipe) -> TileTime:
                     recipe.output_kinds)
     t = _timed(target, sample)
     f = blocks / MAX_TIMED_BLOCKS
-    return TileTime(t.seconds * f, {e: b * f for e, b in t.busy.items()}, round(t.instructions * f))
+    from trnsim.compiler.kernel_timing import scale_counts
+
+    return TileTime(t.seconds * f, {e: b * f for e, b in t.busy.items()}, round(t.instructions * f),
+                    scale_counts(t.by_engine, f))
 
 
 @lru_cache(maxsize=1024)
@@ -332,7 +336,9 @@ def _timed(target: str, recipe: Recipe) -> TileTime:
     profile = result.profile
     assert isinstance(profile, Profile)
     busy = {e: t for e, t in profile.engine_busy.items() if e in ("tensor", "vector", "scalar", "gpsimd") and t > 0}
-    return TileTime(profile.total_seconds, busy, profile.instructions)
+    from trnsim.compiler.kernel_timing import engine_counts
+
+    return TileTime(profile.total_seconds, busy, profile.instructions, engine_counts(profile))
 
 
 def kernel_program(target: str, recipe: Recipe) -> Any:
