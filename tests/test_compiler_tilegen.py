@@ -36,11 +36,25 @@ def test_chain_with_scalars_becomes_a_recipe_with_immediates() -> None:
     assert [s[1] for s in recipe.steps] == ["mul", "add", "tanh", "max", "sub"]
 
 
-def test_reductions_over_other_axes_and_row_broadcasts_keep_the_analytic_cost() -> None:
+def test_reductions_over_other_axes_and_column_broadcasts_keep_the_analytic_cost() -> None:
     x = np.ones((256, 512), np.float32)
     assert _recipe(_compile(lambda x: jnp.exp(x).sum(axis=0), x)) is None             # across rows
-    program = _compile(lambda x, b: x + b, x, np.ones((512,), np.float32))      # a [512] row broadcast
+    program = _compile(lambda x, b: x + b[:, None], x, np.ones((256,), np.float32))   # along the partitions
     assert program.plan.steps[0].kernel == "fused_elementwise"
+
+
+def test_a_vector_broadcast_along_the_rows_is_one_broadcast_load_and_computes_the_group() -> None:
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((200, 96)).astype(np.float32)
+    scale = rng.standard_normal(96).astype(np.float32)
+    program = _compile(lambda x, s: x * jax.lax.rsqrt(jnp.mean(x * x, -1, keepdims=True) + 1e-5) * s, x, scale)
+    (step,) = program.plan.steps
+    assert step.kernel == "generated_elementwise"
+    recipe = _recipe(program)
+    assert recipe is not None and ("fp32", "vec") in recipe.inputs
+    result = trnsim.run_kernel(tilegen._kernel(), x, scale[None, :], recipe=recipe)  # pyright: ignore[reportPrivateUsage]
+    (expected,) = program.run(x, scale, timing=False)
+    np.testing.assert_allclose(result.outputs[0], expected, rtol=2e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("name", ["softmax", "rmsnorm", "logsumexp"])

@@ -49,7 +49,7 @@ class Recipe:
     the per-partition scalar of ``tensor_scalar`` instructions."""
 
     elements: int
-    inputs: tuple[tuple[str, str], ...]                         # (DSL dtype, "full" | "row" | "scalar")
+    inputs: tuple[tuple[str, str], ...]                         # (DSL dtype, "full" | "row" | "scalar" | "vec")
     steps: tuple[tuple[str, str, tuple[Ref, ...], str], ...]    # (kind, op, operands, DSL out dtype)
     outputs: tuple[tuple[Ref, str], ...]                        # (what to store, DSL dtype)
     cols: int = 0
@@ -60,12 +60,27 @@ REDUCE: dict[str, str] = {"add": "add", "maximum": "max", "minimum": "min"}
 MAX_ROW = 4096            # the row layout keeps whole rows in a tile: at most 16 KiB of fp32 per partition
 
 
+def _vector_broadcasts(nodes: list[Node]) -> dict[int, int]:
+    """Value id → row length, for 1-D values broadcast along the free axis of rows (a bias or norm scale:
+    ``broadcast_in_dim`` of ``[C]`` into ``[..., C]`` with ``dims = [rank - 1]``)."""
+    found: dict[int, int] = {}
+    for node in nodes:
+        if node.op == "broadcast_in_dim" and node.inputs[0].type.rank == 1 and node.out.type.rank >= 2 and \
+                tuple(node.attrs["broadcast_dimensions"]) == (node.out.type.rank - 1,) and \
+                node.inputs[0].type.shape[0] == node.out.type.shape[-1] > 1:
+            found[node.inputs[0].id] = node.out.type.shape[-1]
+    return found
+
+
 def _row_length(nodes: list[Node]) -> int | None:
-    """The row length of a group that reduces its last axis, 0 if the group does no reduction, None if it
-    reduces anything else."""
+    """The row length of a group that reduces its last axis or broadcasts a vector along it, 0 if it does
+    neither, None if it reduces anything else."""
     from trnsim.ir.semantics.reduce import simple_combiner
 
-    cols = 0
+    vectors = set(_vector_broadcasts(nodes).values())
+    if len(vectors) > 1:
+        return None
+    cols = next(iter(vectors), 0)
     for node in nodes:
         if node.op != "reduce":
             continue
@@ -103,10 +118,15 @@ def recipe_for(nodes: list[Node], external: list[Value], outputs: list[Value]) -
     refs: dict[int, Ref] = {}
     kinds: dict[Ref, str] = {}                  # what each ref is: a whole tile, a row column, a scalar
     inputs: list[tuple[str, str]] = []
+    vectors = _vector_broadcasts(nodes) if cols else {}
     for v in external:
         producer = v.producer
-        k = kind_of(v)
-        if k == "scalar" and producer is not None and producer.op == "constant":
+        k = "vec" if v.id in vectors and not _used_otherwise(v, nodes) else kind_of(v)
+        if k == "vec" and v.type.dtype in DSL_DTYPE:
+            refs[v.id] = ("in", len(inputs))      # loaded once as a [128, cols] tile (a broadcast DMA)
+            kinds[refs[v.id]] = "full"
+            inputs.append((DSL_DTYPE[v.type.dtype], "vec"))
+        elif k == "scalar" and producer is not None and producer.op == "constant":
             refs[v.id] = ("imm", float(producer.attrs["value"].reshape(-1)[0]))
             kinds[refs[v.id]] = "imm"
         elif k is not None and v.type.dtype in DSL_DTYPE and v.type.dtype != "i1":
@@ -137,6 +157,13 @@ def recipe_for(nodes: list[Node], external: list[Value], outputs: list[Value]) -
         shapes = {kinds[r] for r in operands}
         out_kind = kind_of(node.out)
         out_dtype = DSL_DTYPE[node.out.type.dtype]
+        if node.op == "broadcast_in_dim" and node.inputs[0].id in vectors:
+            refs[node.out.id] = operands[0]
+            continue
+        is_vec = operands[0][0] == "in" and inputs[operands[0][1]][1] == "vec"
+        if node.op in ("broadcast_in_dim", "reshape") and is_vec:
+            refs[node.out.id] = operands[0]       # [C] → [1, C] → [..., C]: still the one broadcast tile
+            continue
         if node.op in VIEWS and (operands[0][0] == "imm" or node.inputs[0].type.size in (1, rows or -1,
                                                                                         node.out.type.size)):
             if node.op != "convert" or operands[0][0] == "imm" or node.inputs[0].type.dtype == node.out.type.dtype:
@@ -190,6 +217,17 @@ def recipe_for(nodes: list[Node], external: list[Value], outputs: list[Value]) -
     return Recipe(n, tuple(inputs), tuple(steps), tuple(stores), cols, tuple(store_kinds))
 
 
+def _used_otherwise(v: Value, nodes: list[Node]) -> bool:
+    """``v`` is read by something other than its free-axis broadcasts."""
+    for node in nodes:
+        reads = any(x.id == v.id for x in node.inputs)
+        along_rows = node.op == "broadcast_in_dim" and \
+            tuple(node.attrs["broadcast_dimensions"]) == (node.out.type.rank - 1,)
+        if reads and not along_rows:
+            return True
+    return False
+
+
 def _immediate(v: Value) -> Ref | None:
     """A scalar constant (the planner leaves those out of a step's inputs: they are immediates)."""
     producer = v.producer
@@ -217,6 +255,9 @@ def _kernel() -> Any:
         # computed scalars: loaded once, broadcast over the partitions as [128, 1] columns
         columns = {i: dsl.load(x[0:1, 0:1].broadcast_to((PARTITIONS, 1)))
                    for i, (x, (_, kind)) in enumerate(zip(ins, recipe.inputs, strict=True)) if kind == "scalar"}
+        # vectors along the rows (a bias, a norm scale): one [128, cols] tile by a broadcast DMA
+        columns.update({i: dsl.load(x[0:1, :].broadcast_to((PARTITIONS, cols)))
+                        for i, (x, (_, kind)) in enumerate(zip(ins, recipe.inputs, strict=True)) if kind == "vec"})
         if row_layout:
             blocks = [(r0, min(PARTITIONS, rows - r0)) for r0 in range(0, rows, PARTITIONS)]
         else:
@@ -354,7 +395,7 @@ def _specs(recipe: Recipe) -> list[Any]:
 
     rows, cols = (recipe.elements // recipe.cols, recipe.cols) if recipe.cols else \
         (PARTITIONS, recipe.elements // PARTITIONS)
-    shapes = {"full": (rows, cols), "row": (rows, 1), "scalar": (1, 1)}
+    shapes = {"full": (rows, cols), "row": (rows, 1), "scalar": (1, 1), "vec": (1, cols)}
     return [trnsim.TensorSpec(shapes[kind], dt) for dt, kind in recipe.inputs]
 
 
