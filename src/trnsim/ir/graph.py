@@ -73,16 +73,6 @@ class Graph:
             for region in node.regions:
                 yield from region.walk()
 
-    def uses(self) -> dict[int, int]:
-        """Value id → number of uses in this graph (results count as a use; regions' free uses too)."""
-        counts: dict[int, int] = {}
-        for node in self.nodes:
-            for v in _node_reads(node):
-                counts[v.id] = counts.get(v.id, 0) + 1
-        for v in self.results:
-            counts[v.id] = counts.get(v.id, 0) + 1
-        return counts
-
     def __str__(self) -> str:
         return format_graph(self)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from trnsim.ir.graph import Node, Value
+from trnsim.ir.graph import Value
 from trnsim.ir.types import DTYPES
 
 NARROW_FLOATS = frozenset(d.np_dtype for d in DTYPES.values() if d.is_float and d.bits < 32)
@@ -66,14 +66,6 @@ def round_odd_f32(a: np.ndarray) -> np.ndarray:
     bits[away] -= 1
     bits[inexact] |= 1
     return bits.view(np.float32)
-
-
-def shape_of(node: Node) -> tuple[int, ...]:
-    return node.outputs[0].type.shape
-
-
-def int_bits(dt: np.dtype) -> int:
-    return dt.itemsize * 8
 
 
 def ieee_max(a: np.ndarray, b: np.ndarray) -> np.ndarray:
