@@ -75,3 +75,27 @@ def test_embedding_lookups_and_their_gradients_lower_to_the_library_kernels() ->
     dout = np.full((5, 7, 48), 3.0, np.float32)
     result = trnsim.run_kernel(embedding_backward_kernel, dout, ids, vocab=64, dtype="fp32").outputs[0]
     np.testing.assert_allclose(result, dtable, rtol=1e-6)
+
+
+@pytest.mark.parametrize("pads", [((0, 0), (1, 2), (3, 0)), ((2, 1), (0, 0), (0, 0)), ((1, 1), (1, 1), (1, 1))])
+def test_pads_lower_to_dma_kernels_that_fill_and_copy_exactly(pads: tuple[tuple[int, int], ...]) -> None:
+    x = np.arange(3 * 5 * 7, dtype=np.float32).reshape(3, 5, 7)
+    program = _program(lambda v: jax.numpy.pad(v, pads, constant_values=-1.5), x)
+    (step,) = program.plan.steps
+    assert step.kernel == "generated_dma"
+    layout = dmagen.layout_for(program.graph.nodes[step.nodes[0]])
+    assert layout is not None
+    moved = trnsim.run_kernel(dmagen._kernel(), x, layout=layout).outputs[0]  # pyright: ignore[reportPrivateUsage]
+    np.testing.assert_array_equal(moved, np.pad(x, pads, constant_values=-1.5))
+
+
+def test_concatenations_lower_to_dma_kernels_that_copy_exactly() -> None:
+    a = np.arange(2 * 5 * 7, dtype=np.float32).reshape(2, 5, 7)
+    b = -a[:, :2]
+    program = trnsim.compile(jax.jit(lambda a, b: jax.numpy.concatenate([a, b, a], axis=1)).lower(a, b), cache=False)
+    (step,) = program.plan.steps
+    assert step.kernel == "generated_dma"
+    layout = dmagen.layout_for(program.graph.nodes[step.nodes[0]])
+    assert layout is not None
+    moved = trnsim.run_kernel(dmagen._kernel(), a, b, a, layout=layout).outputs[0]  # pyright: ignore[reportPrivateUsage]
+    np.testing.assert_array_equal(moved, np.concatenate([a, b, a], axis=1))

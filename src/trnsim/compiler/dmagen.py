@@ -1,12 +1,15 @@
-"""Generated DMA kernels for layout steps: transposes and slices, timed by the instruction-level model.
+"""Generated DMA kernels for layout steps: transposes, slices, pads and concatenations, timed by the
+instruction-level model.
 
 A transpose that keeps the innermost dimension in place is a copy through a permuted HBM view, split along
 its first dimension over the DMA queues. One that swaps the two innermost dimensions (leading ones in
 order) is a batch of 2-D transposes through ``.T`` views, which take the DMA-transpose path for 2- and
 4-byte types (``reference/neuron.md`` §1.3), round-robin over the queues. Any other permutation is one copy
 through the permuted view (element-sized descriptors: slow, as it would be on the chip). A slice is a copy
-through a strided view, split the same way. The kernels are traced once per shape and timed in
-timing-only mode; on the functional simulator they move the data exactly (tested).
+through a strided view, split the same way; a concatenation copies each input into its slab of the result;
+a pad copies the input into the interior and fills the padding slabs from a constant SBUF tile. The
+kernels are traced once per shape and timed in timing-only mode; on the functional simulator they move the
+data exactly (tested).
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ from typing import Any
 from trnsim.ir.graph import Node
 
 QUEUES = 16
+MAX_INPUTS = 8
+FILL_COLS = 4096          # the constant tile a pad fills from: [128, 4096] elements of the tensor's dtype
 MAX_DMAS = 512            # batched 2-D transposes beyond this many are timed on a sample and scaled
 DSL_DTYPE: dict[str, str] = {"f32": "fp32", "bf16": "bf16", "f16": "fp16", "i32": "int32", "ui32": "uint32",
                              "i16": "int16", "ui16": "uint16", "i8": "int8", "ui8": "uint8"}
@@ -35,6 +40,11 @@ class Layout:
     start: tuple[int, ...] = ()               # slice
     limit: tuple[int, ...] = ()
     stride: tuple[int, ...] = ()
+    low: tuple[int, ...] = ()                 # pad: edge padding (no interior), and the fill value
+    high: tuple[int, ...] = ()
+    value: float = 0.0
+    others: tuple[tuple[int, ...], ...] = ()  # concatenate: the shapes of the inputs after the first
+    axis: int = 0
 
 
 def layout_for(node: Node) -> Layout | None:
@@ -48,6 +58,18 @@ def layout_for(node: Node) -> Layout | None:
         a = node.attrs
         return Layout("slice", x.shape, DSL_DTYPE[x.dtype], start=tuple(a["start_indices"]),
                       limit=tuple(a["limit_indices"]), stride=tuple(a["strides"]))
+    if node.op == "pad":
+        a = node.attrs
+        fill = node.inputs[1].producer
+        if any(a["interior_padding"]) or min((*a["edge_padding_low"], *a["edge_padding_high"])) < 0 or \
+                fill is None or fill.op != "constant":
+            return None
+        return Layout("pad", x.shape, DSL_DTYPE[x.dtype], low=tuple(a["edge_padding_low"]),
+                      high=tuple(a["edge_padding_high"]), value=float(fill.attrs["value"].reshape(-1)[0]))
+    if node.op == "concatenate" and 1 < len(node.inputs) <= MAX_INPUTS and \
+            all(v.type.dtype == x.dtype for v in node.inputs):
+        return Layout("concatenate", x.shape, DSL_DTYPE[x.dtype], others=tuple(v.type.shape for v in node.inputs[1:]),
+                      axis=int(node.attrs["dimension"]))
     return None
 
 
@@ -56,14 +78,42 @@ def _kernel() -> Any:
     from trnsim.dsl import Tensor
 
     @dsl.kernel
-    def layout_copy(x: Tensor, *, layout: Layout) -> Tensor:
-        """``x`` transposed or sliced into a new HBM tensor by DMA (module docstring)."""
+    def layout_copy(x: Tensor, x1: Tensor | None = None, x2: Tensor | None = None, x3: Tensor | None = None,
+                    x4: Tensor | None = None, x5: Tensor | None = None, x6: Tensor | None = None,
+                    x7: Tensor | None = None, *, layout: Layout) -> Tensor:
+        """``x`` transposed, sliced or padded, or ``x, x1, ...`` concatenated, into a new HBM tensor by DMA
+        (module docstring)."""
         queue = 0
 
         def copy(dst: Tensor, src: Tensor) -> None:
             nonlocal queue
             dsl.dma_copy(dst, src, queue=queue % QUEUES)
             queue += 1
+
+        def spread(dst: Tensor, src: Tensor) -> None:
+            for i0, i1 in _chunks(dst.shape[0]):
+                copy(dst[i0:i1], src[i0:i1])
+
+        if layout.op == "concatenate":
+            parts = [p for p in (x, x1, x2, x3, x4, x5, x6, x7) if p is not None]
+            shape = list(x.shape)
+            shape[layout.axis] = sum(p.shape[layout.axis] for p in parts)
+            out = dsl.hbm_tensor(tuple(shape), x.dtype, name="out")
+            at = 0
+            for part in parts:
+                n = part.shape[layout.axis]
+                box = tuple(slice(at, at + n) if d == layout.axis else slice(None) for d in range(len(shape)))
+                spread(out[box], part)
+                at += n
+            return out
+        if layout.op == "pad":
+            shape = tuple(lo + n + hi for lo, n, hi in zip(layout.low, x.shape, layout.high, strict=True))
+            out = dsl.hbm_tensor(shape, x.dtype, name="out")
+            spread(out[tuple(slice(lo, lo + n) for lo, n in zip(layout.low, x.shape, strict=True))], x)
+            constant = dsl.full((128, FILL_COLS), layout.value, x.dtype)
+            for region in _pad_regions(layout.low, x.shape, layout.high):
+                _fill(out[region], constant, copy)
+            return out
 
         if layout.op == "slice":
             view = x[tuple(slice(s, e, st) for s, e, st in zip(layout.start, layout.limit, layout.stride,
@@ -87,6 +137,40 @@ def _kernel() -> Any:
         return out
 
     return layout_copy
+
+
+def _pad_regions(low: tuple[int, ...], shape: tuple[int, ...], high: tuple[int, ...]) -> list[tuple[slice, ...]]:
+    """Boxes covering the padding of a padded tensor, disjoint: for each dim, the low and high slabs with the
+    earlier dims restricted to their interior."""
+    regions: list[tuple[slice, ...]] = []
+    for d in range(len(shape)):
+        inner = [slice(lo, lo + n) for lo, n in zip(low[:d], shape[:d], strict=True)]
+        rest = [slice(None)] * (len(shape) - d - 1)
+        if low[d]:
+            regions.append((*inner, slice(0, low[d]), *rest))
+        if high[d]:
+            start = low[d] + shape[d]
+            regions.append((*inner, slice(start, start + high[d]), *rest))
+    return regions
+
+
+def _fill(view: Any, constant: Any, copy: Any) -> None:
+    """DMA the constant tile into ``view``: a [p, f] block of it with p·f elements, split as needed."""
+    from math import gcd
+
+    size = 1
+    for n in view.shape:
+        size *= n
+    p = gcd(size, 128)
+    if size // p <= FILL_COLS:
+        copy(view, constant[:p, : size // p])
+        return
+    d = next(i for i, n in enumerate(view.shape) if n > 1)
+    n = view.shape[d]
+    half = n // 2
+    lead = (slice(None),) * d
+    _fill(view[(*lead, slice(0, half))], constant, copy)
+    _fill(view[(*lead, slice(half, n))], constant, copy)
 
 
 def _chunks(n: int) -> list[tuple[int, int]]:
@@ -135,8 +219,8 @@ def _timed(target: str, layout: Layout) -> LayoutTime:
 
     if not _KERNEL:
         _KERNEL.append(_kernel())
-    spec: Any = trnsim.TensorSpec(layout.shape, layout.dtype)
-    result = trnsim.run_kernel(_KERNEL[0], spec, target=target, timing=True, layout=layout)
+    specs: list[Any] = [trnsim.TensorSpec(s, layout.dtype) for s in (layout.shape, *layout.others)]
+    result = trnsim.run_kernel(_KERNEL[0], *specs, target=target, timing=True, layout=layout)
     profile = result.profile
     assert isinstance(profile, Profile)
     from trnsim.compiler.kernel_timing import engine_counts
