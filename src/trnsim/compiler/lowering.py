@@ -11,8 +11,9 @@ rejects programs whose peak does not fit the chip's HBM.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from trnsim.compiler import costs, dmagen, tilegen
 from trnsim.compiler.fusion import fuse
@@ -210,36 +211,32 @@ def plan_graph(graph: Graph, ctx: PassContext, machine: costs.Machine) -> Plan:
     return plan
 
 
-def _generated(target: str, recipe: tilegen.Recipe, ctx: PassContext) -> tilegen.TileTime | None:
-    """The generated kernel's timing, or None when its working set does not fit SBUF even with
-    intermediates freed at their last use (the step then keeps the analytic cost, which spills)."""
+T = TypeVar("T")
+
+
+def _kernel_or_none(timing: Callable[[], T], ctx: PassContext, stat: str) -> T | None:
+    """A generated or library kernel's timing, or None when the kernel cannot be traced for this step (a
+    working set that does not fit SBUF even with intermediates freed at their last use, a shape it cannot
+    tile): the step then keeps the analytic cost, which models spills. ``stat`` counts the fallbacks."""
     from trnsim.dsl.errors import KernelError
 
     try:
-        return tilegen.fused_time(target, recipe)
+        return timing()
     except KernelError:
-        ctx.stats["sbuf_fallbacks"] = ctx.stats.get("sbuf_fallbacks", 0) + 1
+        ctx.stats[stat] = ctx.stats.get(stat, 0) + 1
         return None
+
+
+def _generated(target: str, recipe: tilegen.Recipe, ctx: PassContext) -> tilegen.TileTime | None:
+    return _kernel_or_none(lambda: tilegen.fused_time(target, recipe), ctx, "sbuf_fallbacks")
 
 
 def _generated_layout(target: str, layout: dmagen.Layout, ctx: PassContext) -> dmagen.LayoutTime | None:
-    from trnsim.dsl.errors import KernelError
-
-    try:
-        return dmagen.layout_time(target, layout)
-    except KernelError:
-        ctx.stats["dma_fallbacks"] = ctx.stats.get("dma_fallbacks", 0) + 1
-        return None
+    return _kernel_or_none(lambda: dmagen.layout_time(target, layout), ctx, "dma_fallbacks")
 
 
 def _library_lookup(target: str, lookup: dmagen.Lookup, ctx: PassContext) -> dmagen.LayoutTime | None:
-    from trnsim.dsl.errors import KernelError
-
-    try:
-        return dmagen.lookup_time(target, lookup)
-    except KernelError:
-        ctx.stats["dma_fallbacks"] = ctx.stats.get("dma_fallbacks", 0) + 1
-        return None
+    return _kernel_or_none(lambda: dmagen.lookup_time(target, lookup), ctx, "dma_fallbacks")
 
 
 def _topological(groups: dict[int, list[Node]], graph: Graph) -> list[int]:
