@@ -99,3 +99,15 @@ def test_concatenations_lower_to_dma_kernels_that_copy_exactly() -> None:
     assert layout is not None
     moved = trnsim.run_kernel(dmagen._kernel(), a, b, a, layout=layout).outputs[0]  # pyright: ignore[reportPrivateUsage]
     np.testing.assert_array_equal(moved, np.concatenate([a, b, a], axis=1))
+
+
+def test_a_constant_broadcast_into_a_tensor_is_a_fill_and_an_inserted_unit_axis_is_a_view() -> None:
+    x = np.arange(16 * 24, dtype=np.float32).reshape(16, 24)
+    program = _program(lambda v: (jax.numpy.full((40, 96), 2.5, np.float32), v[:, None, :]), x)
+    kernels = sorted(s.kernel for s in program.plan.steps)
+    assert kernels == ["generated_dma", "view"]
+    fill = next(s for s in program.plan.steps if s.kernel == "generated_dma")
+    layout = dmagen.fill_for([program.graph.nodes[i] for i in fill.nodes])
+    assert layout is not None and layout.value == 2.5
+    filled = trnsim.run_kernel(dmagen._kernel(), np.zeros((1,), np.float32), layout=layout).outputs[0]  # pyright: ignore[reportPrivateUsage]
+    np.testing.assert_array_equal(filled, np.full((40, 96), 2.5, np.float32))

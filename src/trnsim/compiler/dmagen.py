@@ -7,7 +7,8 @@ order) is a batch of 2-D transposes through ``.T`` views, which take the DMA-tra
 4-byte types (``reference/neuron.md`` §1.3), round-robin over the queues. Any other permutation is one copy
 through the permuted view (element-sized descriptors: slow, as it would be on the chip). A slice is a copy
 through a strided view, split the same way; a concatenation copies each input into its slab of the result;
-a pad copies the input into the interior and fills the padding slabs from a constant SBUF tile. The
+a pad copies the input into the interior and fills the padding slabs from a constant SBUF tile, and a
+constant broadcast into a tensor is such a fill alone. The
 kernels are traced once per shape and timed in timing-only mode; on the functional simulator they move the
 data exactly (tested).
 """
@@ -33,7 +34,7 @@ DSL_DTYPE: dict[str, str] = {"f32": "fp32", "bf16": "bf16", "f16": "fp16", "i32"
 class Layout:
     """What a generated layout kernel does (hashable: kernels and their times are cached)."""
 
-    op: str                                   # "transpose" | "slice"
+    op: str                                   # "transpose" | "slice" | "pad" | "concatenate" | "fill"
     shape: tuple[int, ...]                    # the input's shape
     dtype: str                                # DSL dtype
     perm: tuple[int, ...] = ()                # transpose
@@ -73,6 +74,20 @@ def layout_for(node: Node) -> Layout | None:
     return None
 
 
+def fill_for(nodes: list[Node]) -> Layout | None:
+    """A group that only materialises a scalar constant into a tensor (``broadcast_in_dim`` of a constant):
+    a fill, or None."""
+    if len(nodes) != 1 or nodes[0].op != "broadcast_in_dim":
+        return None
+    node = nodes[0]
+    source = node.inputs[0].producer
+    out = node.out.type
+    if source is None or source.op != "constant" or node.inputs[0].type.size != 1 or out.rank == 0 or \
+            out.dtype not in DSL_DTYPE or out.size == 0:
+        return None
+    return Layout("fill", out.shape, DSL_DTYPE[out.dtype], value=float(source.attrs["value"].reshape(-1)[0]))
+
+
 def _kernel() -> Any:
     from trnsim import dsl
     from trnsim.dsl import Tensor
@@ -105,6 +120,10 @@ def _kernel() -> Any:
                 box = tuple(slice(at, at + n) if d == layout.axis else slice(None) for d in range(len(shape)))
                 spread(out[box], part)
                 at += n
+            return out
+        if layout.op == "fill":
+            out = dsl.hbm_tensor(layout.shape, x.dtype, name="out")
+            _fill(out, dsl.full((128, FILL_COLS), layout.value, x.dtype), copy)
             return out
         if layout.op == "pad":
             shape = tuple(lo + n + hi for lo, n, hi in zip(layout.low, x.shape, layout.high, strict=True))

@@ -162,8 +162,15 @@ def plan_graph(graph: Graph, ctx: PassContext, machine: costs.Machine) -> Plan:
             at = members.index(tensor_op)
             costs.matmul_cost(machine, tensor_op, members[:at], members[at + 1:], cost, list(external.values()),
                               outputs)
-        elif kind == "fused" and all(n.op in costs.ALIASES for n in members):
+        elif kind == "fused" and all(n.op in costs.ALIASES or _size_preserving_broadcast(n) for n in members):
             kernel_name = "view"        # a reshape of a row-major tensor in HBM: a new name, no data moves
+        elif kind == "fused" and (fill := dmagen.fill_for(members)) is not None and \
+                (filled := _generated_layout(machine.target, fill, ctx)) is not None:
+            # a constant materialised in HBM: DMAs from a constant SBUF tile
+            cost.dma_bytes, cost.min_seconds = filled.dma_bytes, filled.seconds
+            cost.dma_seconds = filled.seconds
+            cost.instructions = dict(filled.by_engine)
+            kernel_name = "generated_dma"
         elif kind == "fused":
             costs.fused_cost(machine, members, cost, list(external.values()), outputs)
             recipe = tilegen.recipe_for(members, list(external.values()), outputs)
@@ -212,6 +219,11 @@ def plan_graph(graph: Graph, ctx: PassContext, machine: costs.Machine) -> Plan:
 
 
 T = TypeVar("T")
+
+
+def _size_preserving_broadcast(node: Node) -> bool:
+    """A broadcast that only inserts size-1 dimensions: a reshape in HBM."""
+    return node.op == "broadcast_in_dim" and node.inputs[0].type.size == node.out.type.size
 
 
 def _kernel_or_none(timing: Callable[[], T], ctx: PassContext, stat: str) -> T | None:
