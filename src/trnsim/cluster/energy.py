@@ -22,15 +22,13 @@ from __future__ import annotations
 
 import functools
 import math
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from trnsim.cluster.estimate import Estimate
 from trnsim.errors import ConfigError
-from trnsim.hw.schema import build, doc
+from trnsim.hw.schema import build_file, doc
 from trnsim.hw.spec import ChipSpec
 
 ENERGY_FILE = Path(__file__).parent / "energy.toml"
@@ -115,10 +113,7 @@ def power(est: Estimate, spec: ChipSpec, model: EnergyModel | None = None, *, td
 
 
 def load(path: str | Path) -> EnergyModel:
-    file = Path(path)
-    with file.open("rb") as fh:
-        table: dict[str, Any] = tomllib.load(fh)
-    return build(EnergyModel, table, file=str(file))
+    return build_file(EnergyModel, path)
 
 
 @functools.cache

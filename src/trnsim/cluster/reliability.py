@@ -27,16 +27,14 @@ from __future__ import annotations
 
 import functools
 import math
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from trnsim.cluster.config import OPTIMIZERS, Plan
 from trnsim.cluster.memory import lora_params_per_layer
 from trnsim.cluster.models import ModelSpec
-from trnsim.hw.schema import build, doc
+from trnsim.hw.schema import build_file, doc
 
 RELIABILITY_FILE = Path(__file__).parent / "reliability.toml"
 HOURS_PER_MONTH = 720.0
@@ -159,10 +157,7 @@ def reliability(model: ModelSpec, plan: Plan, chips_per_node: int, rm: Reliabili
 
 
 def load(path: str | Path) -> ReliabilityModel:
-    file = Path(path)
-    with file.open("rb") as fh:
-        table: dict[str, Any] = tomllib.load(fh)
-    return build(ReliabilityModel, table, file=str(file))
+    return build_file(ReliabilityModel, path)
 
 
 @functools.cache

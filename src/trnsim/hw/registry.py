@@ -10,13 +10,11 @@ from __future__ import annotations
 import difflib
 import functools
 import os
-import re
-import tomllib
 from pathlib import Path
 
 from trnsim.config import settings
 from trnsim.errors import SpecError
-from trnsim.hw.schema import build
+from trnsim.hw.schema import build, read_toml
 from trnsim.hw.spec import ChipSpec
 
 PRESET_DIR = Path(__file__).parent / "presets"
@@ -68,18 +66,7 @@ def get(name: str | None = None) -> ChipSpec:
 def load(path: str | os.PathLike[str]) -> ChipSpec:
     """Read and validate one preset file (not cached)."""
     file = Path(path)
-    try:
-        text = file.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise SpecError(f"cannot read preset: {exc.strerror}", where=str(file)) from None
-    try:
-        table = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        # Python 3.11's TOMLDecodeError has no lineno attribute; the position is in the message.
-        pos = re.search(r"\(at line (\d+), column (\d+)\)", str(exc))
-        where = f"{file}:{pos.group(1)}:{pos.group(2)}" if pos else str(file)
-        raise SpecError(f"TOML syntax error: {re.sub(r' [(]at line.*', '', str(exc))}", where=where,
-                        hint='fix the syntax at that line (quote strings: clock = "2.4 GHz")') from None
+    table = read_toml(file, "preset")
     return build(ChipSpec, table, file=str(file), extra={"name": file.stem, "source": str(file)})
 
 

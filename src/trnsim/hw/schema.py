@@ -14,8 +14,12 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import os
+import re
+import tomllib
 import types
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar, Union, cast, get_args, get_origin, get_type_hints
 
 from trnsim.errors import NumericsError, SpecError
@@ -244,3 +248,25 @@ def _text(value: object, dim: Dimension | None) -> str:
     if dim is not None and isinstance(value, int | float):
         return format_quantity(value, dim)
     return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def read_toml(path: str | os.PathLike[str], what: str = "file") -> dict[str, Any]:
+    """A TOML file's table; SpecError naming the file (and line, for syntax errors) if it cannot be read."""
+    file = Path(path)
+    try:
+        text = file.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise SpecError(f"cannot read {what}: {exc.strerror}", where=str(file)) from None
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        # Python 3.11's TOMLDecodeError has no lineno attribute; the position is in the message.
+        pos = re.search(r"\(at line (\d+), column (\d+)\)", str(exc))
+        where = f"{file}:{pos.group(1)}:{pos.group(2)}" if pos else str(file)
+        raise SpecError(f"TOML syntax error: {re.sub(r' [(]at line.*', '', str(exc))}", where=where,
+                        hint='fix the syntax at that line (quote strings: clock = "2.4 GHz")') from None
+
+
+def build_file(cls: type[T], path: str | os.PathLike[str]) -> T:
+    """``build(cls, ...)`` from a TOML file."""
+    return build(cls, read_toml(path), file=str(path))
