@@ -45,16 +45,7 @@ def parse(source: Any) -> tuple[Any, str]:
 
     where = describe(source)
     ctx = context()
-    if isinstance(source, Path) or (isinstance(source, str) and "\n" not in source and
-                                    source.endswith((".mlir", ".mlirbc", ".bc"))):
-        path = Path(source)
-        try:
-            data = path.read_bytes()
-        except OSError as exc:
-            raise CompileError(f"cannot read the module: {exc.strerror}", where=str(path),
-                               hint="check the path") from exc
-        source = data if data.startswith(BYTECODE_MAGIC) else data.decode("utf-8", errors="replace")
-    source = _unwrap(source)
+    source = unwrap(read_source(source))
     with ctx:
         if isinstance(source, bytes | bytearray):
             if not bytes(source).startswith(BYTECODE_MAGIC):
@@ -83,14 +74,33 @@ def parse(source: Any) -> tuple[Any, str]:
     return module, text
 
 
-def _unwrap(source: Any) -> Any:
-    """Text or bytes from a ``Lowered``, an ``Exported`` or an ``ir.Module``; anything else unchanged."""
+def is_path(source: object) -> bool:
+    return isinstance(source, Path) or (isinstance(source, str) and "\n" not in source and
+                                        source.endswith((".mlir", ".mlirbc", ".bc")))
+
+
+def read_source(source: Any) -> Any:
+    """A path's contents (bytecode as bytes, text as str); anything else unchanged."""
+    if not is_path(source):
+        return source
+    path = Path(source)
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise CompileError(f"cannot read the module: {exc.strerror}", where=str(path),
+                           hint="check the path") from exc
+    return data if data.startswith(BYTECODE_MAGIC) else data.decode("utf-8", errors="replace")
+
+
+def unwrap(source: Any, *, debug_info: bool = True) -> Any:
+    """Text or bytes from a ``Lowered``, an ``Exported`` or an ``ir.Module``; anything else unchanged.
+    ``debug_info``: keep source locations (for errors and profiles; cache keys leave them out)."""
     if hasattr(source, "compiler_ir") and callable(source.compiler_ir):   # jax.stages.Lowered
-        return source.as_text(debug_info=True)       # with Python source locations for errors and profiles
+        return source.as_text(debug_info=debug_info)
     if hasattr(source, "mlir_module_serialized"):                        # jax.export.Exported
         return bytes(source.mlir_module_serialized)
     if hasattr(source, "operation") and hasattr(source, "body"):          # an ir.Module
-        return source.operation.get_asm(enable_debug_info=True)
+        return source.operation.get_asm(enable_debug_info=debug_info)
     return source
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from trnsim.compiler.api import COMPILER_VERSION, CompiledProgram
 from trnsim.compiler.lowering import Plan
@@ -120,20 +120,9 @@ def module_key_text(module: object) -> str | bytes:
     """The module's identity for the cache key: its text without source locations (or its bytecode)."""
     import re
 
-    from trnsim.frontend.mlir import BYTECODE_MAGIC
+    from trnsim.frontend.mlir import read_source, unwrap
 
-    source: Any = module
-    if isinstance(source, Path) or (isinstance(source, str) and "\n" not in source
-                                    and source.endswith((".mlir", ".mlirbc", ".bc"))):
-        data = Path(source).read_bytes() if Path(source).exists() else b""
-        source = data if data.startswith(BYTECODE_MAGIC) else data.decode("utf-8", errors="replace")
-    source = cast(Any, source)
-    if hasattr(source, "compiler_ir") and hasattr(source, "as_text"):
-        source = source.as_text()                                   # jax.stages.Lowered
-    elif hasattr(source, "mlir_module_serialized"):
-        source = bytes(source.mlir_module_serialized)               # jax.export.Exported
-    elif hasattr(source, "operation") and hasattr(source, "body"):
-        source = source.operation.get_asm(enable_debug_info=False)  # an MLIR module
+    source = unwrap(read_source(module), debug_info=False)
     if isinstance(source, bytes | bytearray):
         return bytes(source)
     text = str(source)
