@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -97,13 +96,10 @@ class ProgramProfile:
         return {"traceEvents": events, "displayTimeUnit": "ns"}
 
     def save_trace(self, path: str | os.PathLike[str]) -> Path:
-        target = Path(path)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".trace-")
-        with os.fdopen(fd, "w") as f:
-            json.dump(self.to_chrome_trace(), f)
-        os.replace(tmp, target)
-        return target
+        """Write the Chrome trace atomically; open it in ui.perfetto.dev."""
+        from trnsim.fileio import write_atomic
+
+        return write_atomic(path, json.dumps(self.to_chrome_trace(), separators=(",", ":")).encode())
 
 
 def _durations(plan: Plan, graph_nodes: list[Any], runs: dict[int, int]) -> list[float]:

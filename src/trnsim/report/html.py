@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import base64
 import html
-import os
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
+
+from trnsim.fileio import write_atomic
 
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 80em; color: #222; }
@@ -70,14 +70,3 @@ class Page:
         write_atomic(path, self.render().encode("utf-8"))
 
 
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file in the same folder and ``os.replace``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

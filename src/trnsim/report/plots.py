@@ -24,8 +24,8 @@ from trnsim.cluster.config import TrainingConfig
 from trnsim.cluster.estimate import Estimate
 from trnsim.cluster.models import ModelSpec
 from trnsim.cluster.tco import Assumptions, TcoRow, chip_grid, sweep
+from trnsim.fileio import write_atomic
 from trnsim.hw import get as get_spec
-from trnsim.report.html import write_atomic
 
 SPAN = 4  # the sweep covers chips / SPAN ... chips × SPAN
 

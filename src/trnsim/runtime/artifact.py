@@ -37,7 +37,6 @@ import json
 import os
 import re
 import struct
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,6 +47,7 @@ import numpy as np
 
 from trnsim import __version__
 from trnsim.errors import ArtifactError
+from trnsim.fileio import write_atomic
 
 MAGIC = b"TRNSNEFF"
 FORMAT_VERSION = 1
@@ -147,20 +147,7 @@ def write_artifact(path: str | os.PathLike[str], meta: Mapping[str, Any], sectio
 
 def write_bytes_atomic(path: str | os.PathLike[str], data: bytes) -> Path:
     """Write ``data`` to ``path`` so that readers see the old file or the whole new one, never a part."""
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, out)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return out
+    return write_atomic(path, data, durable=True)
 
 
 # ---------------------------------------------------------------------------------------------------- reading

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from collections import defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -164,20 +163,10 @@ class Profile:
         return chrome_trace(self)
 
     def save_trace(self, path: str | os.PathLike[str]) -> Path:
-        """Write the Chrome trace atomically (temp file + ``os.replace``); open it in ui.perfetto.dev."""
-        target = Path(path)
-        fd, tmp = tempfile.mkstemp(dir=target.parent or ".", prefix=f".{target.name}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w") as f:
-                json.dump(self.to_chrome_trace(), f, separators=(",", ":"))
-            umask = os.umask(0)
-            os.umask(umask)
-            os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes it private; a trace is an ordinary file
-            os.replace(tmp, target)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        return target
+        """Write the Chrome trace atomically; open it in ui.perfetto.dev."""
+        from trnsim.fileio import write_atomic
+
+        return write_atomic(path, json.dumps(self.to_chrome_trace(), separators=(",", ":")).encode())
 
     def to_dict(self) -> dict[str, Any]:
         """The summary as JSON-ready data (SI units: seconds, bytes, FLOP, bytes/s, FLOP/s)."""
