@@ -51,6 +51,7 @@ EPILOG = """examples:
   trnsim run model.neff --inputs in.npz --trace trace.json
   trnsim inspect model.neff
   trnsim cache warm examples/gpt.py --jobs 2
+  trnsim conformance ../shared/conformance/stablehlo --jobs 2
   trnsim demo
 
 """ + help_text()
@@ -60,7 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="trnsim",
         description="Trainium3 in software: hardware specs, bit-exact numerics, a NeuronCore simulator and "
-                    "kernel language, collectives and cluster-scale training estimates.",
+                    "kernel language, a StableHLO compiler with artifacts and a compile cache, collectives, "
+                    "cluster-scale training estimates and their cost.",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
