@@ -9,10 +9,10 @@ import pytest
 
 from trnsim import hw
 from trnsim.cluster import Estimate, TrainingConfig, estimate, models, resolve
-from trnsim.cluster.comm import achieved, link_efficiency, topology
-from trnsim.cluster.efficiency import Roofline, gemm_quantisation
+from trnsim.cluster.comm import achieved, communicators, link_efficiency, topology
+from trnsim.cluster.efficiency import Roofline, gemm_quantisation, pointwise_time, stream_time
 from trnsim.cluster.memory import stage_weights
-from trnsim.cluster.ops import NORM, QKV_BIAS_ADD, Shard, head_ops, layer_ops
+from trnsim.cluster.ops import NORM, QKV_BIAS_ADD, QKV_SPLIT, Shard, head_ops, layer_ops
 
 
 def test_wave_quantisation_counts_tiles_over_sms() -> None:
@@ -90,3 +90,32 @@ def test_optimizer_step_passes() -> None:
     bf16 = _a100_plan("megatron-18.4b", 64, precision="bf16")  # no loss scaling: no unscale pass
     params = sum(stage_weights(models.get("megatron-18.4b"), bf16.plan, "first"))
     assert bf16.breakdown["optimizer"] == pytest.approx(params * (28 + 4 + 6 + 4) / r.memory_rate)
+
+
+def test_qkv_split_backward_copy() -> None:
+    """The eager stack's q/k/v are views of the QKV output: their gradients are concatenated back (reads 2,
+    writes 2 per QKV output), in the backward only; flash attention's stack is left without it."""
+    m = models.get("megatron-1.7b")
+    r = Roofline.of(hw.get("a100"), "fp16")
+    sh = Shard(micro_batch=2, seq=m.seq_len, tp=2, attention="eager")
+    split = next(p for p in layer_ops(m, sh).pointwise if p.name == "qkv split backward")
+    assert QKV_SPLIT == (0, 4)
+    assert (split.elements, split.fwd, split.bwd) == (2 * m.seq_len * 3 * m.hidden // 2, 0, 4)
+    assert pointwise_time(r, split) == 0.0 and pointwise_time(r, split, backward=True) > 0.0
+    flash = dataclasses.replace(sh, attention="flash")
+    assert all(p.name != "qkv split backward" for p in layer_ops(m, flash).pointwise)
+
+
+def test_gradient_prescaling_pass() -> None:
+    """The gradient buffer is divided by DP in place before its reduction: 2·grad_bytes per trained parameter,
+    in dp_comm; nothing on one data-parallel rank."""
+    r = Roofline.of(hw.get("a100"), "fp16")
+    m = models.get("megatron-18.4b")
+    for fp32 in (True, False):
+        est = _a100_plan("megatron-18.4b", 64, fp32_grads=fp32)
+        params = sum(stage_weights(m, est.plan, "first"))
+        grad_bytes = 4 if fp32 else 2
+        reduce = est.breakdown["dp_comm"] - stream_time(r, params * 2 * grad_bytes)
+        comms = communicators(hw.get("a100"), est.plan)
+        assert reduce == pytest.approx(comms.time("all-reduce", grad_bytes * params, "dp"))
+    assert _a100_plan("megatron-18.4b", 8).breakdown["dp_comm"] == 0.0

@@ -135,6 +135,8 @@ def backward_time(r: Roofline, g: Gemm, weight_grad: bool = True) -> float:
 
 def pointwise_time(r: Roofline, p: Pointwise, backward: bool = False) -> float:
     moved = p.elements * (p.bwd if backward else p.fwd)
+    if moved == 0:  # a backward-only (or forward-only) op does not run in the other pass
+        return 0.0
     return max(moved / r.memory_rate, p.elements / r.pointwise_rate)
 
 

@@ -24,6 +24,12 @@ all of it is exposed. ZeRO-3 gathers each layer's weights before its forward and
 (which also serves the recompute) and reduce-scatters its gradients, every micro-batch, prefetched one layer
 ahead: exposed per layer = max(0, comm − that layer's compute) with overlap on, all of it off.
 
+Before the reduction the gradient buffer is scaled by 1/DP in place, one more pass over it (2·grad_bytes per
+trained parameter, counted in ``dp_comm``): Megatron-LM's local DDP ``allreduce_gradients`` runs
+``buffer_.data /= data_parallel_world_size`` before ``all_reduce`` (megatron/model/distributed.py, 2021), and
+Megatron Core's ``ParamAndGradBuffer`` scales each bucket by its ``gradient_scaling_factor`` likewise. ZeRO-3's
+per-layer reduce-scatters are left without it.
+
 Without gradient-accumulation fusion (weight-gradient GEMMs accumulating straight into the gradient buffer,
 Megatron-LM's ``--gradient-accumulation-fusion``), every micro-batch's weight gradients are added to the
 buffer by a separate pass, ``main_grad += grad`` (Megatron-LM's local DDP hook; PyTorch's AccumulateGrad):
@@ -228,12 +234,14 @@ def estimate_plan(model: ModelSpec, spec: ChipSpec, plan: Plan) -> Estimate:
     bd["ep_comm"] = m * layers * lc.ep
     bd["pp_comm"] = m * p2p
     bd["bubble"] = (plan.pp - 1) / v * stage
-    bd["dp_comm"] = _dp_exposed(model, plan, g, lc, layers)
     if plan.pp > 1 and model.tied_embeddings:  # first and last stage sum the shared embedding's gradients
         bd["pp_comm"] += g.time("all-reduce", plan.grad_bytes * model.vocab * model.hidden / plan.tp, "pp")
     dense, expert = stage_weights(model, plan, "first")
     trained = dense + expert if plan.finetune == "full" else lora_params_per_layer(model, plan.lora_rank,
                                                                                    plan.tp) * layers
+    bd["dp_comm"] = _dp_exposed(model, plan, g, lc, layers)
+    if plan.dp * plan.cp > 1 and plan.zero < 3:  # the 1/DP pre-scaling pass over the buffer (module docstring)
+        bd["dp_comm"] += stream_time(r, trained * 2.0 * plan.grad_bytes)
     local = trained / (plan.dp * plan.cp) if plan.zero >= 1 else trained
     passes = OPT_STEP_BYTES[plan.optimizer] + sum(b for b, when in OPT_PASSES.values() if when(plan))
     zero_grads = (trained / (plan.dp * plan.cp) if plan.zero >= 2 else trained) * plan.grad_bytes

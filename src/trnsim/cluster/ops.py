@@ -62,6 +62,12 @@ DROPOUT = (5, 5)  # reads x, writes y and a 1-byte mask; backward reads grad and
 # 1.8–1.12): reads 2, writes 2 per output. Later PyTorch folds it into the GEMM epilogue (cuBLASLt bias), free;
 # "eager" attention stands for that 2021 software stack, so only it pays the add.
 QKV_BIAS_ADD = 4
+# The query, key and value are views of the QKV projection's output (Megatron-LM 2021 ParallelAttention:
+# mpu.split_tensor_along_last_dim, i.e. torch.split), fed to the score and context bmm's through transposed views
+# with no forward copy. PyTorch's autograd formula for split (tools/autograd/derivatives.yaml, split_backward)
+# concatenates the three gradients, which arrive in the bmm's [b·heads, s, d] order: one strided copy, reads 2
+# and writes 2 per QKV output, backward only.
+QKV_SPLIT = (0, 4)
 # Vocab-parallel cross-entropy on fp32 logits, per logit (Megatron-LM megatron/mpu/cross_entropy.py,
 # _VocabParallelCrossEntropy, on ``output.float()`` from the GPT model; megatron/core/tensor_parallel/
 # cross_entropy.py keeps the same passes): forward: cast 16→32-bit (reads 2, writes 4), max (4), in-place
@@ -191,6 +197,7 @@ def layer_ops(model: ModelSpec, sh: Shard) -> LayerOps:
         point.append(Pointwise("qkv bias", tokens * (heads + 2 * kv) * d, add, 2))
     if sh.attention == "eager":  # [b, heads, s, d] → [s, b, heads·d] before the output projection
         point.append(Pointwise("context transpose", tokens * heads * d, 4, 4))
+        point.append(Pointwise("qkv split backward", tokens * (heads + 2 * kv) * d, *QKV_SPLIT))
     residual = RESIDUAL_DROPOUT if model.dropout else RESIDUAL
     point += [Pointwise("residual add (attention)", rows * h, *residual), Pointwise("norm (MLP)", rows * h, *NORM)]
     act = SWIGLU if model.gated else GELU
