@@ -36,11 +36,125 @@ def test_chain_with_scalars_becomes_a_recipe_with_immediates() -> None:
     assert [s[1] for s in recipe.steps] == ["mul", "add", "tanh", "max", "sub"]
 
 
-def test_reductions_over_other_axes_and_column_broadcasts_keep_the_analytic_cost() -> None:
-    x = np.ones((256, 512), np.float32)
-    assert _recipe(_compile(lambda x: jnp.exp(x).sum(axis=0), x)) is None             # across rows
-    program = _compile(lambda x, b: x + b[:, None], x, np.ones((256,), np.float32))   # along the partitions
+def test_reductions_over_middle_axes_and_maxima_over_rows_keep_the_analytic_cost() -> None:
+    x = np.ones((8, 16, 32), np.float32)
+    assert _recipe(_compile(lambda x: jnp.exp(x).sum(axis=1), x)) is None             # a middle axis
+    assert _recipe(_compile(lambda x: jnp.exp(x).max(axis=0), x)) is None             # max across rows
+    program = _compile(lambda x: jnp.exp(x).sum(axis=1), x)
     assert program.plan.steps[0].kernel == "fused_elementwise"
+
+
+def _values(program: trnsim.CompiledProgram, args: list[np.ndarray]) -> dict[int, np.ndarray]:
+    """Every value of the program's graph, by the reference interpreter."""
+    from trnsim.ir.interp import Env, Interpreter
+
+    env, interp = Env(), Interpreter()
+    for p, a in zip(program.graph.params, args[:len(program.graph.params)], strict=True):
+        env[p.id] = a
+    for node in program.graph.nodes:
+        for v, a in zip(node.outputs, interp.run_node(node, [env[u.id] for u in node.inputs], env), strict=True):
+            env[v.id] = a
+    return env
+
+
+def _check_step(program: trnsim.CompiledProgram, args: list[np.ndarray], step: int, rtol: float) -> tilegen.Recipe:
+    """Run the step's generated kernel on the functional simulator; compare with the interpreter."""
+    graph = program.graph
+    nodes = [graph.nodes[i] for i in program.plan.steps[step].nodes]
+    produced = {v.id for n in nodes for v in n.outputs}
+    inside = {id(n) for n in nodes}
+    external = list({v.id: v for n in nodes for v in n.inputs if v.id not in produced
+                     and not (v.type.size == 1 and v.producer is not None and v.producer.op == "constant")}.values())
+    read_outside = {u.id for n in graph.nodes if id(n) not in inside for u in n.inputs}
+    outputs = [v for n in nodes for v in n.outputs if v.id in read_outside or any(v is r for r in graph.results)]
+    built = tilegen.lowered(nodes, external, outputs)
+    if built is None:
+        (node,) = nodes
+        recipe, sources = tilegen.index_recipe(node), list(node.inputs)
+        assert recipe is not None
+    else:
+        recipe, sources = built
+    env = _values(program, args)
+    verify(tilegen.kernel_program("trn3", recipe), registry.get("trn3"))
+    kernel_args = [np.asarray(env[v.id]).astype(np.uint8 if v.type.dtype == "i1" else env[v.id].dtype).reshape(shape)
+                   for v, shape in zip(sources, tilegen._input_shapes(recipe), strict=True)]  # pyright: ignore[reportPrivateUsage]
+    result = trnsim.run_kernel(tilegen._kernel(), *kernel_args, recipe=recipe)  # pyright: ignore[reportPrivateUsage]
+    for got, v in zip(result.outputs, outputs, strict=True):
+        want = np.asarray(env[v.id]).astype(np.float64).reshape(-1)
+        np.testing.assert_allclose(np.asarray(got, np.float64).reshape(-1)[:want.size], want, rtol=rtol, atol=rtol)
+    return recipe
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("name", ["bias_grad", "batch_sum", "period_table", "loss_mean"])
+def test_leading_axis_reductions_and_tables_compute_the_group(name: str, dtype: str) -> None:
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((4, 50, 96)).astype(dtype)                   # 200 rows: 2 tiles, one ragged
+    table = rng.standard_normal((50, 96)).astype(dtype)
+    y = rng.standard_normal((8, 48)).astype(dtype)                      # flat: [128, 3]
+    mask = rng.random((8, 48)) < 0.5
+    cases = {
+        "bias_grad": (lambda x: (x * 2.0).sum(axis=(0, 1)) * 0.5, [x]),              # [B·T, C] → [C]: ones column
+        "batch_sum": (lambda x: jnp.exp(x).sum(axis=0), [x]),                        # period 50 ∤ 128: per tile
+        "period_table": (lambda x, t: jnp.tanh(x + t[None]), [x, table]),            # a [T, C] table over B
+        "loss_mean": (lambda y, m: -jnp.mean(jnp.where(m, y, 0.0)), [y, mask]),      # all axes → scalar
+    }
+    fn, args = cases[name]
+    program = _compile(fn, *args)
+    step = next(s.index for s in program.plan.steps if s.kernel == "generated_elementwise")
+    recipe = _check_step(program, args, step, 3e-2 if dtype == "bfloat16" else 1e-4)
+    if name in ("bias_grad", "batch_sum", "loss_mean"):
+        assert any(s[0] == "lead" for s in recipe.steps)
+    assert all(s.kernel not in ("fused_elementwise",) for s in program.plan.steps)
+
+
+@pytest.mark.parametrize("name", ["causal_softmax", "one_hot", "index_wrap", "adam_bias_correction"])
+def test_iota_masks_integers_and_scalar_chains_compute_the_group(name: str) -> None:
+    rng = np.random.default_rng(4)
+    s = rng.standard_normal((2, 3, 40, 40)).astype(np.float32)
+    x = rng.standard_normal((200, 96)).astype(np.float32)
+    labels = rng.integers(-96, 96, (200,)).astype(np.int32)
+    m = rng.standard_normal((128, 130)).astype(np.float32)
+    t = np.asarray(7, np.int32)
+
+    def causal(s: jax.Array) -> jax.Array:
+        keep = jnp.arange(40)[:, None] >= jnp.arange(40)[None, :]
+        return jax.nn.softmax(jnp.where(keep, s, -jnp.inf), axis=-1)
+
+    def adam(t: jax.Array, m: jax.Array) -> tuple[jax.Array, jax.Array]:
+        c = 1.0 - 0.9 ** (t.astype(jnp.float32) + 1.0)
+        return m / c, c
+
+    cases = {
+        "causal_softmax": (causal, [s]),
+        "one_hot": (lambda x, lab: jnp.where(jnp.arange(96)[None, :] == lab[:, None], x, 0.0).sum(-1), [x, labels]),
+        "index_wrap": (lambda lab: jnp.where(lab < 0, lab + 96, lab)[..., None], [labels.reshape(4, 50)[:, :32]]),
+        "adam_bias_correction": (adam, [t, m]),
+    }
+    fn, args = cases[name]
+    program = _compile(fn, *args)
+    step = next(s.index for s in program.plan.steps if s.kernel == "generated_elementwise")
+    recipe = _check_step(program, args, step, 1e-5)
+    if name in ("causal_softmax", "one_hot"):
+        assert any(s[0] == "iota" for s in recipe.steps)
+    assert all(s.kernel != "fused_elementwise" for s in program.plan.steps)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_last_axis_gather_and_scatter_add_are_one_hot_selects(dtype: str) -> None:
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((4, 50, 96)).astype(dtype)
+    labels = rng.integers(0, 96, (4, 50, 1)).astype(np.int32)
+
+    def loss(x: jax.Array) -> jax.Array:
+        return -jnp.take_along_axis(x, labels, axis=-1).astype(jnp.float32).sum()
+
+    for fn in (loss, jax.grad(loss)):
+        program = _compile(fn, x)
+        steps = [s for s in program.plan.steps if s.ops in (["gather"], ["scatter"])]
+        assert steps and all(s.kernel == "generated_elementwise" for s in steps)
+        for s in steps:
+            _check_step(program, [x], s.index, 0.0)
 
 
 def test_a_vector_broadcast_along_the_rows_is_one_broadcast_load_and_computes_the_group() -> None:

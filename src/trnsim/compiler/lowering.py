@@ -194,6 +194,12 @@ def plan_graph(graph: Graph, ctx: PassContext, machine: costs.Machine) -> Plan:
             if lookup is not None:
                 moved = _library_lookup(machine.target, lookup, ctx)
                 kernel_name = "embedding_lookup" if lookup.op == "gather" else "embedding_scatter_add"
+            elif kind == "index" and (one_hot := tilegen.index_recipe(members[0])) is not None and \
+                    (timed := _generated(machine.target, one_hot, ctx)) is not None:
+                # one element per row along the last axis: a one-hot select in generated tile code
+                cost.busy, cost.instructions = dict(timed.busy), dict(timed.by_engine)
+                cost.min_seconds = timed.seconds
+                kernel_name = "generated_elementwise"
             if moved is not None:
                 # a generated DMA kernel, timed by the instruction-level model, replaces the analytic cost
                 cost.dma_bytes, cost.min_seconds = moved.dma_bytes, moved.seconds
