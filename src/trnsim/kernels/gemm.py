@@ -6,7 +6,7 @@ operand ``V [K, Nv]``, both HBM views, and writes the epilogue of each ``O`` til
 orientations map ``c = a @ b`` onto it:
 
 * dense: ``S = a.T`` (loaded through a transposed view: a DMA transpose), ``V = b``, ``O = c``; a bias runs
-  along ``O``'s free axis, so it is loaded once per column block broadcast over the partitions and added
+  along ``O``'s free axis, so it is loaded once per column chunk broadcast over the partitions and added
   on VectorE before the activation on ScalarE;
 * sparse weights (``sparsity="2:4"/"4:8"``, which TensorE supports on its *stationary* operand, along K):
   ``S = b`` (compressed: K·n/m rows plus the kept positions), ``V = a.T``, ``O = c.T``; the bias is then
@@ -14,18 +14,37 @@ orientations map ``c = a @ b`` onto it:
   output tiles are stored through a transposed view of ``c``.
 
 Tiling (``reference/neuron.md`` §2.6): stationary tiles ``[128 (K), 128]``, moving tiles ``[128 (K), 512]``,
-one fp32 PSUM bank per output tile, accumulating over all of K with ``accumulate=k > 0``. The moving
-operand is processed in column chunks of up to 4 banks (2048 columns), so two chunks' accumulators fit the
-8 PSUM banks and one output block's epilogue overlaps the next block's matmuls. Within a chunk the moving
-tiles of all of K are loaded once and stay in SBUF (a *panel*, when it fits in ``PANEL_BYTES`` per
-partition; otherwise they are streamed per use), and for each 128-column block of ``S`` its K tiles are
-loaded once and each is reused across the chunk's moving tiles (consecutive matmuls share the stationary
-operand). Ragged tails in M, K and N are smaller tiles, never padding.
+one fp32 PSUM bank per output tile, accumulating over all of K with ``accumulate=k > 0``. The loops, outer
+to inner (``Plan`` chooses the sizes from the shapes and the SBUF):
+
+* *chunks* of up to ``chunk`` columns of ``V``; when the chunk is a *panel* its tiles of all of K are loaded
+  once and stay in SBUF across the chunk's groups (else they stream: loaded for each use);
+* *groups* of up to 4 stationary tiles (512 columns of ``S``): one DMA per K tile loads a group's
+  ``[128, 512]``, which stays in SBUF for the whole chunk (two groups are resident: the next group's K
+  tiles load during this one's matmuls);
+* *blocks* of 4 PSUM banks (4 stationary tiles × 1 moving tile, or 2 × 2, or 1 × 4): half of the 8
+  banks, so one block's epilogue (VectorE/ScalarE, PSUM → SBUF, then a store) overlaps the next block's
+  matmuls;
+* *steps*: one K tile of a block, its matmuls back to back.
+
+DMAs issue from the sync engine in program order (``dsl.data``), so a store placed before a load holds the
+load until the store's data is computed. Each step's loads are therefore issued ``depth`` steps ahead of
+its matmuls (``layout.prefetch``) and each block's stores ``STORE_LAG`` steps after its last matmul, when
+its epilogue is done: the queues stay busy while TensorE computes. One bank in four is evacuated on
+ScalarE (short-K blocks would otherwise wait for VectorE), and the last block's stores are cut by rows so
+the kernel's tail runs on all queues. A transposed load of a 1-byte type cannot use the DMA-transpose path
+(neuron.md §1.3) and moves element by element: it is cut into one DMA per 128 columns, so the queues
+share it. Ragged tails in M, K and N are smaller tiles, never padding.
+
+At 2048³ and [4096 × 8192] × [8192 × 8192] in bf16 TensorE is busy 95% and 99.5% of the time on the
+timing model (``benchmarks/timing.py``).
 """
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -33,15 +52,27 @@ from numpy.typing import ArrayLike, NDArray
 from trnsim import dsl
 from trnsim.dsl import Tensor
 from trnsim.isa.tensor_engine import MX_BLOCK, SPARSE_PATTERNS
+from trnsim.kernels.layout import prefetch
 from trnsim.kernels.operands import prepare_matmul
 
-PANEL_BYTES = 96 * 1024  # SBUF bytes per partition a resident moving panel may take (of 256 KiB on trn3)
-CHUNK_BANKS = 4  # PSUM banks of one output block: half of the 8, so two blocks are in flight
+GROUP_TILES = 4  # stationary tiles per group: one DMA of [128 (K), 512] pays the fixed DMA cost once for 4
+BLOCK_BANKS = 4  # PSUM banks of one output block: half of the 8, so two blocks are in flight
+STREAM_CHUNK = 2048  # moving columns per chunk when they stream (the stationary group is reused across it)
+RESIDENT_SHARE = 0.5  # of the SBUF, what the two resident stationary groups may take
+STREAM_BYTES = 32 * 1024  # SBUF bytes per partition of tiles loaded ahead (what fixes ``Plan.depth``)
+MAX_DEPTH = 64  # steps a step's loads are issued ahead at most
+STORE_LAG = 2  # steps between a block's last matmul and its stores in program order (its epilogue runs)
+TAIL_PIECES = 4  # row pieces per store of the last block (4 banks → 16 DMAs, one per queue)
+TRANSPOSE_ITEMSIZES = (2, 4)  # neuron.md §1.3: DMA transpose works for 2- and 4-byte types
+ELEMENTWISE_COLUMNS = 128  # columns per DMA of a transposed load of other types (moved element by element)
 
 
 def blocks(n: int, size: int, start: int = 0) -> list[tuple[int, int]]:
     """(offset, length) of consecutive blocks of at most ``size`` covering ``start .. start + n``."""
     return [(start + i, min(size, n - i)) for i in range(0, n, size)]
+
+
+Tiles = tuple[Tensor, Tensor | None, Tensor | None]  # SBUF data, MX scales, sparse index
 
 
 @dataclass(frozen=True)
@@ -54,21 +85,168 @@ class Operand:
     index: Tensor | None = None
     ratio: tuple[int, int] = (1, 1)
 
-    def load(self, k0: int, kk: int, c0: int, cc: int) -> tuple[Tensor, Tensor | None, Tensor | None]:
+    def load(self, k0: int, kk: int, c0: int, cc: int) -> Tiles:
         """The SBUF tiles of dense rows ``k0 .. k0+kk`` and columns ``c0 .. c0+cc``: (data, scale, index)."""
         n, m = self.ratio
         rows = slice(k0 * n // m, (k0 + kk) * n // m)
-        data = dsl.load(self.data[rows, c0 : c0 + cc])
+        view = self.data[rows, c0 : c0 + cc]
+        if self.elementwise:
+            # NOTE: one element per descriptor: the DMA is long, so it is split for the queues to share
+            data = dsl.sbuf(view.shape, view.dtype)
+            for p0, pw in blocks(cc, ELEMENTWISE_COLUMNS):
+                dsl.load(data[:, p0 : p0 + pw], view[:, p0 : p0 + pw])
+        else:
+            data = dsl.load(view)
         scale = None if self.scale is None else dsl.load(
             self.scale[k0 // MX_BLOCK : -(-(k0 + kk) // MX_BLOCK), c0 : c0 + cc])
         index = None if self.index is None else dsl.load(self.index[rows, c0 : c0 + cc])
         return data, scale, index
 
+    @property
+    def elementwise(self) -> bool:
+        """A transposed view (``a.T``) of a type the DMA-transpose path does not take."""
+        d = self.data
+        return d.dims[0].axis > d.dims[1].axis and d.ap().itemsize not in TRANSPOSE_ITEMSIZES
+
+    def column_bytes(self) -> int:
+        """SBUF bytes per partition that one column of one K tile takes (data, scales, index)."""
+        return sum(t.ap().itemsize for t in (self.data, self.scale, self.index) if t is not None)
+
+
+def columns(tiles: Tiles, c0: int, cc: int) -> Tiles:
+    """Columns ``c0 .. c0+cc`` of loaded tiles (views)."""
+    data, scale, index = tiles
+    return (data[:, c0 : c0 + cc], None if scale is None else scale[:, c0 : c0 + cc],
+            None if index is None else index[:, c0 : c0 + cc])
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How ``gemm`` tiles one product (module docstring)."""
+
+    group: int  # stationary columns per group (a multiple of 128, ≤ GROUP_TILES tiles)
+    resident: bool  # a group's K tiles stay in SBUF while the chunk runs (else loaded for each step)
+    chunk: int  # moving columns per chunk (a multiple of 512)
+    panel: bool  # a chunk's moving tiles stay in SBUF across its groups (else loaded for each use)
+    depth: int  # steps whose loads are issued ahead of the matmuls
+
+
+def plan(ms: int, nv: int, k_tiles: int, s_col: int, v_col: int, sbuf: int, *, s_tile: int = 128,
+         v_tile: int = 512, row_bytes: int = 0) -> Plan:
+    """Sizes for ``S [K, ms]`` and ``V [K, nv]`` in ``k_tiles`` K tiles whose columns take ``s_col`` and
+    ``v_col`` bytes per partition per K tile, in ``sbuf`` bytes per partition; ``row_bytes`` per moving
+    column of a chunk for a bias row. Two resident groups take at most ``RESIDENT_SHARE`` of it, the
+    tiles loaded ahead ``STREAM_BYTES``, a reserve the epilogue tiles, and a panel what is left."""
+    most = RESIDENT_SHARE * sbuf
+    tiles = min(GROUP_TILES, -(-ms // s_tile))
+    while tiles > 1 and 2 * k_tiles * tiles * s_tile * s_col > most:
+        tiles //= 2
+    group = tiles * s_tile
+    resident = 2 * k_tiles * group * s_col <= most
+    per_step = max(1, BLOCK_BANKS // tiles) * v_tile * v_col + (0 if resident else group * s_col)
+    depth = max(1, min(MAX_DEPTH, STREAM_BYTES // per_step - 2))
+    reserve = (STORE_LAG + 2) * BLOCK_BANKS * v_tile * 4  # output tiles (fp32 at most) until stored
+    left = max(0, sbuf - (2 * k_tiles * group * s_col if resident else 0) - STREAM_BYTES - reserve)
+    width = min(-(-nv // v_tile) * v_tile, left // (k_tiles * v_col + row_bytes) // v_tile * v_tile)
+    if ms > group and width >= v_tile:
+        return Plan(group, resident, width, True, depth)
+    return Plan(group, resident, STREAM_CHUNK, False, depth)
+
+
+@dataclass(frozen=True)
+class Step:
+    """One K tile of one output block: stationary group ``group`` × moving columns ``cols`` of chunk
+    ``chunk`` (global indices into ``Schedule``'s lists)."""
+
+    chunk: int
+    group: int
+    k: int
+    cols: tuple[tuple[int, int], ...]  # (offset, width) of the block's moving tiles
+
+
+@dataclass
+class Schedule:
+    """The steps of one product in program order, and where each chunk and group starts and ends."""
+
+    chunks: list[tuple[int, int]]  # (first column, width)
+    groups: list[tuple[int, int, int]]  # (chunk, first stationary column, width)
+    steps: list[Step]
+
+
+def schedule(ms: int, nv: int, k_tiles: int, p: Plan, s_tile: int, v_tile: int) -> Schedule:
+    sch = Schedule(blocks(nv, p.chunk), [], [])
+    for ci, (c0, cw) in enumerate(sch.chunks):
+        for r0, rw in blocks(ms, p.group):
+            gi = len(sch.groups)
+            sch.groups.append((ci, r0, rw))
+            per = max(1, BLOCK_BANKS // -(-rw // s_tile))
+            v_cols = blocks(cw, v_tile, c0)
+            for b in range(0, len(v_cols), per):
+                sch.steps += [Step(ci, gi, ki, tuple(v_cols[b : b + per])) for ki in range(k_tiles)]
+    return sch
+
+
+class Loader:
+    """The SBUF tiles of each step, loaded by ``step(i)`` (called ``depth`` steps ahead of step ``i``'s
+    matmuls): resident groups and panels are kept until ``drop_group`` / ``drop_chunk``; the next resident
+    group's K tiles are spread over this group's later steps."""
+
+    def __init__(self, s: Operand, v: Operand, k_blocks: list[tuple[int, int]], sch: Schedule, p: Plan) -> None:
+        self.s, self.v, self.k_blocks, self.sch, self.p = s, v, k_blocks, sch, p
+        self.s_tiles: dict[tuple[int, int], Tiles] = {}
+        self.v_tiles: dict[tuple[int, int, int], Tiles] = {}
+        self.ahead: dict[int, list[tuple[int, int]]] = {}  # step → (group, K tile) loads of the next group
+        if not p.resident:
+            return
+        first = 0
+        for gi in range(len(sch.groups)):
+            last = first
+            while last < len(sch.steps) and sch.steps[last].group == gi:
+                last += 1
+            lead, n = first + p.depth, len(k_blocks)
+            if gi + 1 < len(sch.groups) and last - lead > 0:  # only when the group outlasts the lead
+                for ki in range(n):
+                    self.ahead.setdefault(lead + ki * (last - lead) // n, []).append((gi + 1, ki))
+            first = last
+
+    def stationary(self, gi: int, ki: int) -> Tiles:
+        tiles = self.s_tiles.get((gi, ki))
+        if tiles is None:
+            (k0, kk), (_, r0, rw) = self.k_blocks[ki], self.sch.groups[gi]
+            tiles = self.s.load(k0, kk, r0, rw)
+            if self.p.resident:
+                self.s_tiles[(gi, ki)] = tiles
+        return tiles
+
+    def moving(self, ci: int, ki: int, n0: int, nn: int) -> Tiles:
+        tiles = self.v_tiles.get((ci, ki, n0))
+        if tiles is None:
+            k0, kk = self.k_blocks[ki]
+            tiles = self.v.load(k0, kk, n0, nn)
+            if self.p.panel:
+                self.v_tiles[(ci, ki, n0)] = tiles
+        return tiles
+
+    def step(self, i: int) -> tuple[Tiles, list[Tiles]]:
+        for gi, ki in self.ahead.get(i, ()):
+            self.stationary(gi, ki)
+        st = self.sch.steps[i]
+        return self.stationary(st.group, st.k), [self.moving(st.chunk, st.k, n0, nn) for n0, nn in st.cols]
+
+    def drop_group(self, gi: int) -> None:
+        for ki in range(len(self.k_blocks)):
+            self.s_tiles.pop((gi, ki), None)
+
+    def drop_chunk(self, ci: int) -> None:
+        for key in [key for key in self.v_tiles if key[0] == ci]:
+            del self.v_tiles[key]
+
 
 def epilogue(acc: Tensor, dtype: str, scale: float, func: str | None, bias_row: Tensor | None,
-             bias_col: Tensor | None) -> Tensor:
+             bias_col: Tensor | None, engine: str = "vector") -> Tensor:
     """``func(acc * scale + bias)`` rounded to ``dtype``: ``bias_row`` [P, n] runs along the free axis
-    (VectorE add first), ``bias_col`` [P, 1] per partition (fused into ScalarE's activation)."""
+    (VectorE add first), ``bias_col`` [P, 1] per partition (fused into ScalarE's activation); a plain
+    copy out of PSUM runs on ``engine``."""
     if bias_row is not None:
         scaled = acc if scale == 1.0 else dsl.multiply(acc, scale)
         acc = dsl.add(scaled, bias_row, dtype=dtype if func is None else "fp32")
@@ -76,7 +254,7 @@ def epilogue(acc: Tensor, dtype: str, scale: float, func: str | None, bias_row: 
             return acc
         scale = 1.0
     if func is None and scale == 1.0 and bias_col is None:
-        return dsl.copy(acc, dtype=dtype)  # VectorE: out of PSUM with the cast
+        return dsl.copy(acc, dtype=dtype, engine="scalar" if engine == "scalar" else "vector")
     return dsl.activation(func or "identity", acc, scale=scale, bias=bias_col, dtype=dtype)
 
 
@@ -84,32 +262,61 @@ def gemm(s: Operand, v: Operand, out: Tensor, k: int, *, scale: float = 1.0, fun
          bias: Tensor | None = None, bias_along_free: bool = True) -> None:
     """``out = func(scale · s.T @ v + bias)`` (module docstring); ``k`` is the dense contraction length."""
     ts = dsl.tile_size()
-    k_tile, s_tile, v_tile = ts.pmax, ts.gemm_stationary_fmax, ts.gemm_moving_fmax
+    s_tile, v_tile = ts.gemm_stationary_fmax, ts.gemm_moving_fmax
     ms, nv = out.shape
-    k_blocks = blocks(k, k_tile)
-    v_item = v.data.ap().itemsize
-    width = max(v_tile, min(CHUNK_BANKS * v_tile, PANEL_BYTES // (len(k_blocks) * v_item) // v_tile * v_tile))
-    for c0, cw in blocks(nv, width):
-        v_blocks = blocks(cw, v_tile, c0)
-        resident = len(k_blocks) * cw * v_item <= PANEL_BYTES
-        panel = [[v.load(k0, kk, n0, nn) for n0, nn in v_blocks] for k0, kk in k_blocks] if resident else None
-        rows = [dsl.load(bias[n0 : n0 + nn].broadcast_to((s_tile, nn)), dtype="fp32")
-                for n0, nn in v_blocks] if bias is not None and bias_along_free else None
-        for r0, rw in blocks(ms, s_tile):
-            stationary = [s.load(k0, kk, r0, rw) for k0, kk in k_blocks]
-            col = dsl.load(bias[r0 : r0 + rw, None], dtype="fp32") if bias is not None and not bias_along_free \
-                else None
-            accs = [dsl.psum((rw, nn)) for _, nn in v_blocks]
-            for ki, (k0, kk) in enumerate(k_blocks):
-                moving = panel[ki] if panel is not None else [v.load(k0, kk, n0, nn) for n0, nn in v_blocks]
-                st, st_scale, st_index = stationary[ki]
-                for acc, (mv, mv_scale, _) in zip(accs, moving, strict=True):
-                    dsl.matmul(acc, st, mv, accumulate=ki > 0, stationary_scale=st_scale, moving_scale=mv_scale,
-                               sparsity=None if s.ratio == (1, 1) else f"{s.ratio[0]}:{s.ratio[1]}",
-                               stationary_index=st_index)
-            for vi, (acc, (n0, nn)) in enumerate(zip(accs, v_blocks, strict=True)):
-                y = epilogue(acc, out.dtype, scale, func, rows[vi][:rw] if rows is not None else None, col)
-                dsl.store(out[r0 : r0 + rw, n0 : n0 + nn], y)
+    k_blocks = blocks(k, ts.pmax)
+    p = plan(ms, nv, len(k_blocks), s.column_bytes(), v.column_bytes(), ts.sbuf_bytes_per_partition,
+             s_tile=s_tile, v_tile=v_tile, row_bytes=4 if bias is not None and bias_along_free else 0)
+    sch = schedule(ms, nv, len(k_blocks), p, s_tile, v_tile)
+    loader = Loader(s, v, k_blocks, sch, p)
+    sparsity = None if s.ratio == (1, 1) else f"{s.ratio[0]}:{s.ratio[1]}"
+    bias_rows: dict[int, Tensor] = {}  # per moving tile of the chunk: bias[n0 : n0+nn] on every partition
+    bias_cols: list[Tensor] = []  # per stationary tile of the group: its bias, one value per partition
+    pending: deque[tuple[int, Tensor, Tensor]] = deque()  # (step it is stored after, HBM view, SBUF tile)
+    accs: list[list[Tensor]] = []
+    last_k = len(k_blocks) - 1
+    loads = [partial(loader.step, i) for i in range(len(sch.steps))]
+    for i, (st, (s_tiles, moving)) in enumerate(zip(sch.steps, prefetch(loads, p.depth), strict=True)):
+        _, r0, rw = sch.groups[st.group]
+        s_cols = blocks(rw, s_tile)
+        if st.k == 0:
+            accs = [[dsl.psum((sw, nn)) for _, nn in st.cols] for _, sw in s_cols]
+            if bias is not None and bias_along_free and not bias_rows:
+                c0, cw = sch.chunks[st.chunk]
+                bias_rows = {n0: dsl.load(bias[n0 : n0 + nn].broadcast_to((s_tile, nn)), dtype="fp32")
+                             for n0, nn in blocks(cw, v_tile, c0)}
+            if bias is not None and not bias_along_free and not bias_cols:
+                bias_cols = [dsl.load(bias[r0 + a0 : r0 + a0 + sw, None], dtype="fp32") for a0, sw in s_cols]
+        for si, (a0, sw) in enumerate(s_cols):
+            stn, stn_scale, stn_index = columns(s_tiles, a0, sw)
+            for acc, (mv, mv_scale, _) in zip(accs[si], moving, strict=True):
+                dsl.matmul(acc, stn, mv, accumulate=st.k > 0, stationary_scale=stn_scale, moving_scale=mv_scale,
+                           sparsity=sparsity, stationary_index=stn_index)
+        if st.k == last_k:
+            for si, (a0, sw) in enumerate(s_cols):
+                col = bias_cols[si] if bias_cols else None
+                for vi, (acc, (n0, nn)) in enumerate(zip(accs[si], st.cols, strict=True)):
+                    # NOTE: one bank in four leaves PSUM on ScalarE: VectorE alone would take longer than a
+                    # block of short K
+                    engine = "scalar" if (si * len(st.cols) + vi) % BLOCK_BANKS == BLOCK_BANKS - 1 else "vector"
+                    y = epilogue(acc, out.dtype, scale, func, bias_rows[n0][:sw] if bias_rows else None, col, engine)
+                    pending.append((i + STORE_LAG, out[r0 + a0 : r0 + a0 + sw, n0 : n0 + nn], y))
+            accs = []
+            nxt = sch.steps[i + 1] if i + 1 < len(sch.steps) else None
+            if nxt is None or nxt.group != st.group:
+                loader.drop_group(st.group)
+                bias_cols = []
+            if nxt is None or nxt.chunk != st.chunk:
+                loader.drop_chunk(st.chunk)
+                bias_rows = {}
+        while pending and pending[0][0] <= i:
+            _, dst, y = pending.popleft()
+            dsl.store(dst, y)
+    # the last block's stores are the kernel's tail: cut by rows, they run on more queues at once
+    for due, dst, y in pending:
+        pieces = TAIL_PIECES if due == len(sch.steps) - 1 + STORE_LAG else 1
+        for r, n in blocks(dst.shape[0], -(-dst.shape[0] // pieces)):
+            dsl.store(dst[r : r + n], y[r : r + n])
 
 
 @dsl.kernel
