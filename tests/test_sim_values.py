@@ -36,3 +36,28 @@ def test_fast_decode_equals_general(dtype: str, bits: int) -> None:
         general = values.decode_raw(raw, dtype).astype(np.float32)
     same = (fast.view(np.uint32) == general.view(np.uint32)) | (np.isnan(fast) & np.isnan(general))
     assert same.all()
+
+
+def _general_bf16(x: np.ndarray, monkeypatch: pytest.MonkeyPatch) -> np.ndarray:
+    with monkeypatch.context() as m:
+        m.setattr(values, "_ENCODE_RNE", {})
+        return values.encode_values(x, "bf16")
+
+
+@pytest.mark.parametrize("size", [0, 1, values.CHUNK - 1, values.CHUNK, 2 * values.CHUNK + 3])
+def test_bf16_encoder_chunks_nans_and_shapes(size: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The chunked encoder: NaNs (both signs, payloads that would read as inf) at chunk edges, odd sizes."""
+    x = _patterns()[:size].copy()
+    nans = np.array([0x7F800001, 0xFF800001, 0x7FC00000, 0xFFFFFFFF], dtype=np.uint32).view(np.float32)
+    for i, pos in enumerate([0, values.CHUNK - 1, values.CHUNK, size - 1]):
+        if 0 <= pos < size:
+            x[pos] = nans[i]
+    assert np.array_equal(values.encode_values(x, "bf16"), _general_bf16(x, monkeypatch))
+
+
+def test_bf16_encoder_keeps_shape_and_reads_strided_input(monkeypatch: pytest.MonkeyPatch) -> None:
+    x = _patterns()[: 64 * 300].reshape(64, 300)[:, ::3]
+    fast = values.encode_values(x, "bf16")
+    assert fast.shape == x.shape and np.array_equal(fast, _general_bf16(np.ascontiguousarray(x), monkeypatch))
+    without_nans = np.nan_to_num(x, nan=1.0)
+    assert np.array_equal(values.encode_values(without_nans, "bf16"), _general_bf16(without_nans, monkeypatch))
