@@ -3,7 +3,10 @@
 Every access is bounds-checked and becomes a strided view of its memory (``memory.Region``); a read of
 never-written bytes faults on a strict device. Reads return exact float64 values (``read``) or fp32 engine
 inputs (``read32``); writes round to the destination dtype with the program's rounding mode and seeded
-generator.
+generator; a matmul's product goes into its PSUM accumulator through ``accumulate_product``.
+
+Every access is located by ``region`` and every write marked by ``_mark_written``: those two keep the
+invariants of the fast paths (``fastpath``), so the semantics need not know about them.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from trnsim.isa.ap import AccessPattern
+from trnsim.sim.fastpath import DeferredMatmuls, OperandCache, well_formed
 from trnsim.sim.memory import RAW, DenseMemory, Fault, Memory, Region, SparseMemory
 from trnsim.sim.values import decode_raw, decode_raw32, encode_values
 
@@ -32,6 +36,7 @@ class Context:
         rounding: str,
         rng: np.random.Generator,
         bank_bytes: int,
+        fast_paths: bool = True,
     ) -> None:
         self.memories: dict[str, Memory] = {"hbm": hbm, "sbuf": sbuf, "psum": psum}
         self.tensors = tensors  # name → (base address, bytes)
@@ -39,9 +44,14 @@ class Context:
         self.rounding = rounding
         self.rng = rng
         self.bank_bytes = bank_bytes  # PSUM bank size: a matmul's output may not cross a bank
+        self.operands = OperandCache() if fast_paths else None
+        self.deferred = DeferredMatmuls() if fast_paths else None
 
     def region(self, ap: AccessPattern) -> tuple[Memory, Region]:
-        """Bounds- and alignment-checked location of ``ap`` (raises ``Fault``)."""
+        """Bounds- and alignment-checked location of ``ap`` (raises ``Fault``). Pending matmuls into PSUM
+        bytes of ``ap`` are applied first (``fastpath.DeferredMatmuls``): every access comes here."""
+        if self.deferred is not None and ap.memory == "psum":
+            self.deferred.flush_overlapping(ap)
         if ap.offset % ap.itemsize:
             raise Fault(f"misaligned {ap.dtype} access at byte offset {ap.offset} of {ap.memory}",
                         f"align offsets to {ap.itemsize} bytes")
@@ -70,27 +80,61 @@ class Context:
         return decode_raw(self.read_raw(ap), ap.dtype)
 
     def read32(self, ap: AccessPattern) -> NDArray[np.float32]:
-        """Values as an engine sees them: fp32, flattened to ``[partitions, free_size]``."""
+        """Values as an engine sees them: fp32, flattened to ``[partitions, free_size]``. Do not modify the
+        result: SBUF reads may come from the ``OperandCache`` (read-only)."""
+        if self.operands is not None and ap.memory == "sbuf":
+            return self.operands.get(ap, lambda: self._decode32(ap))
+        return self._decode32(ap)
+
+    def _decode32(self, ap: AccessPattern) -> NDArray[np.float32]:
         return decode_raw32(self.read_raw(ap), ap.dtype).reshape(ap.partitions, ap.free_size)
 
     def accumulate32(self, ap: AccessPattern, values: NDArray[np.float32], *, add: bool) -> None:
         """PSUM-style fp32 store, in place: ``dst = values`` or ``dst += values`` (one fp32 rounding per
         element, as the accumulator does). ``ap`` must be fp32; ``values`` has ``ap.size`` elements."""
-        mem, reg = self.region(ap)
-        if add and self.strict_reads and not reg.written_view(ap).all():
-            raise Fault(f"accumulate into never-written {mem.name}", "write the accumulator first (accumulate=False)")
-        view = reg.view(ap).view(np.float32)
         vals = np.asarray(values, dtype=np.float32).reshape(ap.shape)
+        view = self._accumulator(ap, add=add)
         if add:
             np.add(view, vals, out=view)
         else:
             view[...] = vals
-        reg.written_view(ap)[...] = True
+
+    def accumulate_product(self, ap: AccessPattern, s: NDArray[np.float32], v: NDArray[np.float32], *,
+                           add: bool) -> None:
+        """``dst = sᵀ @ v`` or ``dst += sᵀ @ v`` for fp32 values ``s [K, M]``, ``v [K, N]``: TensorE's side of
+        the accumulator. The products of consecutive accumulations into one PSUM pattern may be deferred and
+        computed as one (``fastpath.DeferredMatmuls``), so ``s`` and ``v`` must not be modified afterwards."""
+        pending = self.deferred
+        if pending is None or ap.memory != "psum" or not well_formed(ap, s, v):
+            with np.errstate(all="ignore"):
+                self.accumulate32(ap, s.T @ v, add=add)
+        elif not (add and pending.extend(ap, s, v)):  # extending: the group's first matmul checked ap
+            pending.start(ap, self._accumulator(ap, add=add), s, v, add=add)
+
+    def _accumulator(self, ap: AccessPattern, *, add: bool) -> NDArray[np.float32]:
+        """The fp32 view of ``ap`` about to be stored to (``add``: read too), checked and marked written."""
+        mem, reg = self.region(ap)
+        if add and self.strict_reads and not reg.written_view(ap).all():
+            raise Fault(f"accumulate into never-written {mem.name}", "write the accumulator first (accumulate=False)")
+        self._mark_written(ap, reg)
+        return reg.view(ap).view(np.float32)
 
     def write_raw(self, ap: AccessPattern, raw: NDArray[Any]) -> None:
         _, reg = self.region(ap)
         reg.view(ap)[...] = np.asarray(raw).reshape(ap.shape)
-        reg.written_view(ap)[...] = True
+        self._mark_written(ap, reg)
+
+    def _mark_written(self, ap: AccessPattern, reg: Region) -> None:
+        """Every store ends here: the bytes count as written (strict reads) and cached decodes of them
+        become stale (``fastpath.OperandCache``)."""
+        reg.mark_written(ap)
+        if self.operands is not None and ap.memory == "sbuf":
+            self.operands.wrote(ap)
+
+    def finish(self) -> None:
+        """Apply what is pending: memory then holds what the plain path leaves (call when a run ends)."""
+        if self.deferred is not None:
+            self.deferred.flush_all()
 
     def write(self, ap: AccessPattern, values: NDArray[Any]) -> None:
         """Round ``values`` (any shape with ``ap.size`` elements) to ``ap.dtype`` and store them."""

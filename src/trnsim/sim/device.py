@@ -35,10 +35,11 @@ from trnsim.isa.base import Engine, Instruction
 from trnsim.isa.dtypes import get_dtype
 from trnsim.isa.program import Program, TensorDecl, where
 from trnsim.isa.verify import verify
+from trnsim.sim import fastpath
 from trnsim.sim.context import Context
 from trnsim.sim.memory import RAW, DenseMemory, Fault, SparseMemory
 from trnsim.sim.semantics import SEMANTICS
-from trnsim.sim.values import decode_raw, encode_values
+from trnsim.sim.values import decode_raw, decode_raw32, encode_values
 
 if TYPE_CHECKING:
     from trnsim.sim.profile import Labels, Profile
@@ -94,9 +95,12 @@ class Chip:
 
 
 class Device:
-    """``chips`` simulated chips of ``target`` (a hardware preset name)."""
+    """``chips`` simulated chips of ``target`` (a hardware preset name). ``strict_reads``: reading
+    never-written memory faults. ``fast_paths=False`` runs the plain reference semantics only (default:
+    ``sim.fastpath.ENABLED``, true; ``sim.fastpath`` describes what the fast paths skip and why results match)."""
 
-    def __init__(self, target: str = "trn3", chips: int = 1, *, strict_reads: bool = False) -> None:
+    def __init__(self, target: str = "trn3", chips: int = 1, *, strict_reads: bool = False,
+                 fast_paths: bool | None = None) -> None:
         self.spec = hw.get(target)
         if self.spec.core is None:
             raise SimError(f"{target} has no NeuronCore to simulate", hint="use a Trainium preset, e.g. trn3")
@@ -104,6 +108,7 @@ class Device:
             raise SimError(f"chips={chips}", hint="a device has at least one chip")
         self.chips = [Chip(i, self.spec) for i in range(chips)]
         self.strict_reads = strict_reads
+        self.fast_paths = fastpath.ENABLED if fast_paths is None else fast_paths
 
     @overload
     def run(self, program: Program, inputs: Mapping[str, ArrayLike] | Sequence[ArrayLike] = (), *more_inputs: Any,
@@ -161,7 +166,7 @@ class Device:
         assert core_spec is not None
         ctx = Context(target.hbm, cores.sbuf, cores.psum, tensors, strict_reads=self.strict_reads,
                       rounding=program.rounding, rng=np.random.default_rng(program.seed),
-                      bank_bytes=core_spec.psum.bank_bytes)
+                      bank_bytes=core_spec.psum.bank_bytes, fast_paths=self.fast_paths)
         for decl, value in _bind_inputs(program, inputs).items():
             self._store(target.hbm, decl, layout[decl.name], value)
         profile = None
@@ -191,9 +196,10 @@ class Device:
     @classmethod
     def _load(cls, mem: SparseMemory, decl: TensorDecl, base: int) -> NDArray[Any]:
         d = get_dtype(decl.dtype)
-        values = decode_raw(cls._tensor_codes(mem, decl, base)[0].copy(), d.name)
-        out_type = np.float32 if d.kind != "int" else np.int64
-        return values.astype(out_type).reshape(decl.shape)
+        codes = cls._tensor_codes(mem, decl, base)[0]
+        if d.kind == "int":
+            return decode_raw(codes, d.name).astype(np.int64).reshape(decl.shape)
+        return decode_raw32(codes, d.name).reshape(decl.shape)  # exact: every float dtype fits fp32
 
 
 def _bind_inputs(
@@ -226,15 +232,13 @@ def execute(program: Program, ctx: Context) -> tuple[Executed, ...]:
             i = pc[engine]
             if i < len(stream) and all(count[s] >= n for s, n in stream[i].wait):
                 ins = stream[i]
-                try:
-                    SEMANTICS[type(ins)](ctx, ins)
-                except Fault as e:
-                    raise SimError(e.message, where=where(engine, i, ins), hint=e.hint) from None
+                run_instruction(ctx, engine, i, ins)
                 count.update(ins.signal)
                 pc[engine] = i + 1
                 log.append(Executed(len(log), engine, i, ins))
                 break
         else:
+            ctx.finish()
             blocked = [(e, pc[e], s[pc[e]]) for e, s in program.streams.items() if pc[e] < len(s)]
             if not blocked:
                 return tuple(log)
@@ -242,6 +246,16 @@ def execute(program: Program, ctx: Context) -> tuple[Executed, ...]:
                 f"{where(e, i, ins)} waits for " + ",".join(f"{s}>={n} (at {count[s]})" for s, n in ins.wait
                                                             if count[s] < n) for e, i, ins in blocked),
                 where=where(*blocked[0]), hint="every wait needs enough signals issued before it can block")
+
+
+def run_instruction(ctx: Context, engine: Engine, i: int, ins: Instruction) -> None:
+    """Instruction ``i`` of ``engine``'s stream. A fault becomes a ``SimError`` naming it, raised after what
+    is pending has been applied (``Context.finish``), so memory holds what the plain path leaves."""
+    try:
+        SEMANTICS[type(ins)](ctx, ins)
+    except Fault as e:
+        ctx.finish()
+        raise SimError(e.message, where=where(engine, i, ins), hint=e.hint) from None
 
 
 __all__ = ["Device", "Executed", "RunResult"]

@@ -59,6 +59,13 @@ class Region:
         return np.ndarray((*ap.shape, ap.itemsize), dtype=np.bool_, buffer=self.written, offset=self.start,
                           strides=(*self.strides, 1))
 
+    def mark_written(self, ap: AccessPattern) -> None:
+        """Flag every byte of the AP's elements written (those of adjacent elements as one run)."""
+        shape, strides = (*ap.shape, ap.itemsize), (*self.strides, 1)
+        if strides[-2] == ap.itemsize:
+            shape, strides = (*shape[:-2], shape[-2] * shape[-1]), (*strides[:-2], 1)
+        np.ndarray(shape, dtype=np.bool_, buffer=self.written, offset=self.start, strides=strides)[...] = True
+
 
 class DenseMemory:
     """An on-chip SRAM of ``partitions`` rows of ``row_bytes``."""

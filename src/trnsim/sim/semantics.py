@@ -120,14 +120,14 @@ def matmul(ctx: Context, ins: Matmul) -> None:
     lo, hi = ins.dst.byte_span()
     if lo // bank != (hi - 1) // bank:
         raise Fault(f"matmul output bytes {lo}..{hi - 1} overflow a PSUM bank", "keep [M, N≤512] fp32 in one bank")
-    with np.errstate(all="ignore"):
-        # NOTE: operands are exact in fp32 (decoded from their format, MX scales applied), so every product is
-        # exact for ≤16-bit operands; TensorE sums them in fp32 (neuron.md §1.2: "accumulation is FP32"). The
-        # docs do not fix the order of the additions within one instruction, so the BLAS order stands in for
-        # it: results are bit-exact wherever the partial sums are representable (small integers, few terms),
-        # and within K fp32 rounding errors otherwise.
-        acc = s.astype(np.float32, copy=False).T @ v.astype(np.float32, copy=False)
-        ctx.accumulate32(ins.dst, acc, add=ins.accumulate)
+    # NOTE: operands are exact in fp32 (decoded from their format, MX scales applied), so every product is
+    # exact for ≤16-bit operands; TensorE sums them in fp32 (neuron.md §1.2: "accumulation is FP32"). The
+    # docs do not fix the order of the additions within one instruction, nor within a run of accumulating
+    # instructions, so the BLAS order over the run stands in for it (``fastpath.DeferredMatmuls`` sums an
+    # accumulation group as one product): results are bit-exact wherever the partial sums are representable
+    # (small integers, few terms), and within K fp32 rounding errors otherwise.
+    ctx.accumulate_product(ins.dst, s.astype(np.float32, copy=False), v.astype(np.float32, copy=False),
+                           add=ins.accumulate)
 
 
 @semantics(TensorTranspose)

@@ -17,12 +17,10 @@ from collections.abc import Mapping, Sequence
 
 from trnsim.errors import SimError
 from trnsim.hw import ChipSpec
-from trnsim.isa.program import Program, TensorDecl, where
+from trnsim.isa.program import Program, TensorDecl
 from trnsim.sim.context import Context
-from trnsim.sim.device import Executed
-from trnsim.sim.memory import Fault
+from trnsim.sim.device import Executed, run_instruction
 from trnsim.sim.profile import Labels, Profile, build_profile
-from trnsim.sim.semantics import SEMANTICS
 from trnsim.sim.tensorspec import TensorSpec, is_shape_description
 from trnsim.sim.timing.schedule import simulate
 
@@ -69,11 +67,9 @@ def execute_timed(program: Program, ctx: Context, spec: ChipSpec,
     log: list[Executed] = []
     for g in tl.order():
         engine, i, ins = tl.engine[g], tl.index[g], tl.instruction[g]
-        try:
-            SEMANTICS[type(ins)](ctx, ins)
-        except Fault as e:
-            raise SimError(e.message, where=where(engine, i, ins), hint=e.hint) from None
+        run_instruction(ctx, engine, i, ins)
         log.append(Executed(len(log), engine, i, ins))
+    ctx.finish()
     return tuple(log), build_profile(tl, _labels(program, labels))
 
 

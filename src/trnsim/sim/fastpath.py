@@ -1,0 +1,214 @@
+"""The functional simulator's fast paths: they skip repeated work and keep the plain path's results.
+
+The plain semantics (``semantics``, ``semantics_engines``, ``Context``) are the specification. These two
+classes only avoid recomputing what cannot have changed, each behind one invariant, checked where every
+access passes (``Context.region`` and ``Context._mark_written``) so no instruction can bypass it:
+
+* ``OperandCache``: the fp32 values of an SBUF access pattern (``Context.read32``), decoded once and reused
+  until a store overlaps its bytes. A moving tile that stays resident in SBUF for 16 row blocks is decoded
+  once, not 16 times.
+* ``DeferredMatmuls``: a Matmul that accumulates into a PSUM pattern joins that pattern's *accumulation
+  group*; its product is computed when anything else touches those PSUM bytes (or the run ends), as one
+  product over the group's concatenated contraction, ``[S₁; S₂; …]ᵀ @ [V₁; V₂; …]``, plus one PSUM update
+  (with the pending groups that share its moving or stationary operands: one product for a GEMM's block).
+  Faults are still raised by the instruction that causes them: each matmul's operands, bank and
+  accumulator are checked when it is recorded; only the arithmetic waits.
+
+NOTE: deferral changes the order of the fp32 additions within a group, which the documentation leaves open
+(``reference/neuron.md`` §1.2 says only that accumulation is fp32): results are bit-exact with the plain
+path wherever the partial sums are exactly representable, and within the fp32 rounding of K terms otherwise.
+
+``Device(fast_paths=False)`` runs the plain path; setting ``ENABLED = False`` makes that the default of every
+``Device`` (the tests compare the two paths on random programs and on the kernels).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+from trnsim.isa.ap import AccessPattern
+
+ENABLED = True  # the default of ``Device(fast_paths=...)``
+BUCKET = 4096  # bytes per partition of one bucket of the operand cache's index of byte ranges
+CACHE_BYTES = 64 << 20  # decoded operands kept at most (the oldest dropped first)
+STACK_BYTES = 64 << 20  # concatenated contractions kept at most (the least recently used dropped first)
+
+Span = tuple[int, int, int, int]  # first partition, end partition, first byte, end byte
+Parts = list[NDArray[np.float32]]
+
+
+def span(ap: AccessPattern) -> Span:
+    """The partitions and bytes an on-chip pattern may touch (its byte span covers any gaps)."""
+    lo, hi = ap.byte_span()
+    return ap.partition_start, ap.partition_start + ap.partitions, lo, hi
+
+
+def overlap(a: Span, b: Span) -> bool:
+    return a[0] < b[1] and b[0] < a[1] and a[2] < b[3] and b[2] < a[3]
+
+
+class OperandCache:
+    """fp32 values of SBUF patterns (``Context.read32``), keyed by the pattern (dtype included).
+
+    Invariant: an entry exists only while no write has touched its bytes since it was decoded: every
+    store to SBUF calls ``wrote``, which drops the entries it overlaps. So an entry equals a fresh decode,
+    strict-read checks included (only stores change the written flags). Entries are read-only arrays,
+    never modified, so callers may keep them (``DeferredMatmuls`` does)."""
+
+    def __init__(self) -> None:
+        self._entries: dict[AccessPattern, tuple[NDArray[np.float32], Span]] = {}
+        self._buckets: dict[int, set[AccessPattern]] = {}  # byte range // BUCKET → entries touching it
+        self._bytes = 0
+
+    def get(self, ap: AccessPattern, decode: Callable[[], NDArray[np.float32]]) -> NDArray[np.float32]:
+        hit = self._entries.get(ap)
+        if hit is not None:
+            return hit[0]
+        values = decode()
+        values.flags.writeable = False
+        where = span(ap)
+        self._entries[ap] = (values, where)
+        for b in range(where[2] // BUCKET, (where[3] - 1) // BUCKET + 1):
+            self._buckets.setdefault(b, set()).add(ap)
+        self._bytes += values.nbytes
+        while self._bytes > CACHE_BYTES and len(self._entries) > 1:
+            self._drop(next(iter(self._entries)))
+        return values
+
+    def wrote(self, ap: AccessPattern) -> None:
+        """``ap``'s bytes are being stored to: drop every entry they overlap."""
+        if self._entries:
+            where = span(ap)
+            for b in range(where[2] // BUCKET, (where[3] - 1) // BUCKET + 1):
+                for key in [k for k in self._buckets.get(b, ()) if overlap(self._entries[k][1], where)]:
+                    self._drop(key)
+
+    def _drop(self, ap: AccessPattern) -> None:
+        values, where = self._entries.pop(ap)
+        self._bytes -= values.nbytes
+        for b in range(where[2] // BUCKET, (where[3] - 1) // BUCKET + 1):
+            self._buckets[b].discard(ap)
+
+
+@dataclass
+class Group:
+    """Matmuls accumulating into one PSUM pattern, not yet applied: ``dst (+)= Σ Sᵢᵀ @ Vᵢ``."""
+
+    dst: AccessPattern
+    accumulator: NDArray[np.float32]  # dst's fp32 view of PSUM
+    add: bool  # the first matmul accumulated onto what PSUM held (else it overwrote it)
+    span: Span
+    stationary: list[NDArray[np.float32]]  # the Sᵢ [Kᵢ, M]
+    moving: list[NDArray[np.float32]]  # the Vᵢ [Kᵢ, N]
+
+
+
+def well_formed(ap: AccessPattern, s: NDArray[np.float32], v: NDArray[np.float32]) -> bool:
+    """``sᵀ @ v`` is defined and fills ``ap``: only such products are deferred (others take the plain path,
+    which raises what it raises)."""
+    return s.ndim == 2 and v.ndim == 2 and s.shape[0] == v.shape[0] and s.shape[1] * v.shape[1] == ap.size
+
+
+def _same(a: list[NDArray[np.float32]], b: list[NDArray[np.float32]]) -> bool:
+    return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
+
+
+class DeferredMatmuls:
+    """The pending accumulation groups of one run, at most one per PSUM pattern, pairwise disjoint.
+
+    Invariant: PSUM bytes under a pending group are touched by nothing else: ``Context.region`` flushes
+    every group overlapping the pattern it locates, before the access (a new group's own accumulator
+    included), and the run flushes the rest when it ends. Applying a group earlier than that is always
+    allowed, so a flush also applies the *siblings* of the group, pending groups with the same moving (or
+    stationary) operands, in the same product: ``[Sₐ | S_b | …]ᵀ @ V`` (or ``Sᵀ @ [Vₐ | V_b | …]``)."""
+
+    def __init__(self) -> None:
+        self.groups: dict[AccessPattern, Group] = {}
+        # ids of the parts, column by column → (the parts, kept alive; their block matrix)
+        self._stacks: OrderedDict[tuple[tuple[int, ...], ...], tuple[Parts, NDArray[np.float32]]] = OrderedDict()
+        self._stack_bytes = 0
+
+    def extend(self, ap: AccessPattern, s: NDArray[np.float32], v: NDArray[np.float32]) -> bool:
+        """Add ``dst += sᵀ @ v`` to ``ap``'s pending group, if there is one of the same product shape."""
+        g = self.groups.get(ap)
+        if g is None or s.shape[1] != g.stationary[0].shape[1] or v.shape[1] != g.moving[0].shape[1]:
+            return False
+        g.stationary.append(s)
+        g.moving.append(v)
+        return True
+
+    def start(self, ap: AccessPattern, accumulator: NDArray[np.float32], s: NDArray[np.float32],
+              v: NDArray[np.float32], *, add: bool) -> None:
+        """A new group ``dst (+)= sᵀ @ v``; the caller has checked the access and flushed what overlapped."""
+        where = span(ap)
+        assert ap not in self.groups and not any(overlap(g.span, where) for g in self.groups.values())
+        self.groups[ap] = Group(ap, accumulator, add, where, [s], [v])
+
+    def flush_overlapping(self, ap: AccessPattern) -> None:
+        if self.groups:
+            where = span(ap)
+            for g in [g for g in self.groups.values() if overlap(g.span, where)]:
+                if g.dst in self.groups:  # not applied yet as a sibling of an earlier one
+                    self._apply(g)
+
+    def flush_all(self) -> None:
+        while self.groups:
+            self._apply(next(iter(self.groups.values())))
+
+    def _apply(self, g: Group) -> None:
+        """Apply ``g`` and its siblings (removing them from the pending groups)."""
+        by_moving = [h for h in self.groups.values() if _same(h.moving, g.moving)]
+        by_stationary = [h for h in self.groups.values() if _same(h.stationary, g.stationary)]
+        along_m = len(by_moving) >= len(by_stationary)
+        siblings = by_moving if along_m else by_stationary
+        for h in siblings:
+            del self.groups[h.dst]
+        with np.errstate(all="ignore"):
+            if along_m:  # [Sₐ | S_b | …]ᵀ @ V: row blocks of the product
+                product = self._stack([h.stationary for h in siblings]).T @ self._stack([g.moving])
+                ends = np.cumsum([h.stationary[0].shape[1] for h in siblings])
+                pieces = np.split(product, ends[:-1], axis=0)
+            else:  # Sᵀ @ [Vₐ | V_b | …]: column blocks
+                product = self._stack([g.stationary]).T @ self._stack([h.moving for h in siblings])
+                ends = np.cumsum([h.moving[0].shape[1] for h in siblings])
+                pieces = np.split(product, ends[:-1], axis=1)
+            for h, piece in zip(siblings, pieces, strict=True):
+                if h.add:
+                    np.add(h.accumulator, piece.reshape(h.accumulator.shape), out=h.accumulator)
+                else:
+                    h.accumulator[...] = piece.reshape(h.accumulator.shape)
+
+    def _stack(self, columns: list[list[NDArray[np.float32]]]) -> NDArray[np.float32]:
+        """The block matrix whose column ``j`` is ``columns[j]`` concatenated along K (each column's parts
+        have the same K splits). The result for read-only arrays (``OperandCache`` entries, never modified)
+        is kept and reused for the same arrays: the entry holds them, so their ids are not reused while it
+        lives."""
+        if len(columns) == 1 and len(columns[0]) == 1:
+            return columns[0][0]
+        parts = [p for column in columns for p in column]
+        if any(p.flags.writeable for p in parts):
+            return np.concatenate([np.concatenate(column) for column in columns], axis=1)
+        key = tuple(tuple(id(p) for p in column) for column in columns)
+        hit = self._stacks.get(key)
+        if hit is not None:
+            self._stacks.move_to_end(key)
+            return hit[1]
+        stacked = np.empty((sum(p.shape[0] for p in columns[0]), sum(c[0].shape[1] for c in columns)),
+                           dtype=np.float32)
+        c0 = 0
+        for column in columns:
+            k0, width = 0, column[0].shape[1]
+            for p in column:
+                stacked[k0 : k0 + p.shape[0], c0 : c0 + width] = p
+                k0 += p.shape[0]
+            c0 += width
+        self._stacks[key] = (parts, stacked)
+        self._stack_bytes += stacked.nbytes
+        while self._stack_bytes > STACK_BYTES and len(self._stacks) > 1:
+            self._stack_bytes -= self._stacks.popitem(last=False)[1][1].nbytes
+        return stacked

@@ -1,0 +1,226 @@
+"""The simulator's fast paths (``sim.fastpath``: deferred accumulation groups, the SBUF operand cache) give the
+plain path's results: bit-exact on data whose fp32 sums are exact, the same faults at the same instruction,
+the same memory after a fault, in functional and functional+timing runs."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import trnsim
+from trnsim import dsl, kernels
+from trnsim.errors import SimError
+from trnsim.isa import Matmul, tile
+from trnsim.isa.elementwise import Memset, TensorCopy
+from trnsim.isa.program import Program
+from trnsim.sim import fastpath
+from trnsim.sim.device import Device
+from trnsim.sim.harness import tile_program
+
+
+@pytest.fixture
+def plain() -> Iterator[None]:
+    """Every ``Device`` created inside runs the plain path."""
+    fastpath.ENABLED = False
+    try:
+        yield
+    finally:
+        fastpath.ENABLED = True
+
+
+def both(program: Program, feed: dict[str, np.ndarray], **options: Any) -> list[dict[str, np.ndarray]]:
+    """Outputs of the fast path, the plain path and the fast path with timing."""
+    runs = [Device(fast_paths=True).run(program, feed, check=False, **options),
+            Device(fast_paths=False).run(program, feed, check=False, **options),
+            Device(fast_paths=True).run(program, feed, check=False, timing=True, **options)]
+    return [r.outputs for r in runs]
+
+
+def assert_same(runs: list[dict[str, np.ndarray]]) -> None:
+    for name in runs[0]:
+        for r in runs[1:]:
+            assert np.array_equal(r[name].view(np.uint32), runs[0][name].view(np.uint32)), name
+
+
+# ---------------------------------------------------------------- random programs (DSL, synchronised)
+K, M, N, ACCS, TILES = 32, 16, 24, 3, 4
+
+op = st.one_of(
+    # acc (+)= tiles[s][:, :M].T @ tiles[v]  (accumulate only onto a written accumulator)
+    st.tuples(st.just("mm"), st.integers(0, ACCS - 1), st.integers(0, TILES - 1), st.integers(0, TILES - 1),
+              st.booleans()),
+    st.tuples(st.just("mm_half"), st.integers(0, ACCS - 1), st.integers(0, TILES - 1), st.integers(0, TILES - 1),
+              st.booleans()),  # into the left half of an accumulator: overlaps a pending group, not equal
+    st.tuples(st.just("read"), st.integers(0, ACCS - 1)),  # PSUM → SBUF → HBM between accumulations
+    st.tuples(st.just("load"), st.integers(0, TILES - 1), st.integers(0, 2)),  # overwrite an operand tile
+    st.tuples(st.just("poke"), st.integers(0, ACCS - 1)),  # overwrite a few accumulator columns (VectorE)
+    st.tuples(st.just("store"), st.integers(0, ACCS - 1)),
+    # every accumulator (+)= one step of a K loop, sharing the moving (or the stationary) tile, as GEMMs do
+    st.tuples(st.just("block"), st.integers(0, TILES - 1), st.integers(0, TILES - 1), st.booleans(),
+              st.booleans(), st.integers(1, 3)),
+)
+
+
+@trnsim.kernel
+def random_matmuls(x, *, ops, dtypes):
+    """Matmuls into interleaved PSUM accumulators, mixed with PSUM reads, partial overwrites and operand
+    reloads; every accumulator stored at the end (and on ``store`` and ``read``). Operands stay small
+    integers, so every fp32 sum is exact whatever its order."""
+    out = dsl.hbm_tensor((len(ops) + ACCS, M, N), "fp32")
+    tiles = [dsl.sbuf((K, N), dtypes[i % len(dtypes)]) for i in range(TILES)]
+    for i, t in enumerate(tiles):
+        dsl.load(t, x[(i % 3) * K : (i % 3 + 1) * K, :])
+    accs = [dsl.psum((M, N)) for _ in range(ACCS)]
+    for a in accs:
+        dsl.memset(a, 1.0)
+    for step, o in enumerate(ops):
+        kind = o[0]
+        if kind in ("mm", "mm_half"):
+            dst = accs[o[1]] if kind == "mm" else accs[o[1]][:, : N // 2]
+            mv = tiles[o[3]] if kind == "mm" else tiles[o[3]][:, : N // 2]
+            dsl.matmul(dst, tiles[o[2]][:, :M], mv, accumulate=o[4])
+        elif kind == "block":
+            for k in range(o[5]):
+                for a, acc in enumerate(accs):
+                    other = (o[1] + a + k) % TILES
+                    s_, v_ = (tiles[other], tiles[o[2]]) if o[4] else (tiles[o[1]], tiles[other])
+                    dsl.matmul(acc, s_[:, :M], v_, accumulate=o[3] or k > 0)
+        elif kind == "read":
+            dsl.store(out[step], dsl.copy(accs[o[1]], engine="scalar"))
+        elif kind == "load":
+            dsl.load(tiles[o[1]], x[o[2] * K : (o[2] + 1) * K, :])
+        elif kind == "poke":
+            dsl.memset(accs[o[1]][:, 3:5], 2.0)
+        else:
+            dsl.store(out[step], accs[o[1]])
+    for i, a in enumerate(accs):
+        dsl.store(out[len(ops) + i], a)
+    return out
+
+
+@settings(max_examples=60, deadline=None)
+@given(ops=st.lists(op, min_size=1, max_size=30).map(tuple),
+       dtypes=st.sampled_from([("bf16",), ("fp32",), ("bf16", "fp8_e4m3"), ("fp16", "bf16", "fp32")]),
+       seed=st.integers(0, 2**16))
+def test_random_matmul_programs_fast_equals_plain(ops: tuple[tuple[object, ...], ...], dtypes: tuple[str, ...],
+                                                  seed: int) -> None:
+    x = np.random.default_rng(seed).integers(-3, 4, (3 * K, N)).astype(np.float32)  # exact sums in fp32
+    program = random_matmuls.compile(x, ops=ops, dtypes=dtypes).program
+    runs = both(program, {"x": x})
+    assert_same(runs)
+
+
+# ---------------------------------------------------------------- kernels
+def small_ints(rng: np.random.Generator, shape: tuple[int, int]) -> np.ndarray:
+    return rng.integers(-4, 5, shape).astype(np.float32)
+
+
+@pytest.mark.parametrize("dtype,sparsity", [("bf16", None), ("fp8_e4m3", None), ("mxfp8_e4m3", None),
+                                            ("mxfp4_e2m1", None), ("bf16", "2:4"), ("mxfp8_e4m3", "4:8")])
+def test_matmul_kernel_fast_equals_plain(dtype: str, sparsity: str | None, plain: None) -> None:
+    """Several K tiles per accumulator, MX scales, sparse stationaries, ragged tails."""
+    rng = np.random.default_rng(0)
+    a, b = small_ints(rng, (200, 300)), small_ints(rng, (300, 700))
+    fastpath.ENABLED = False
+    want = kernels.matmul(a, b, dtype, sparsity=sparsity, out_dtype="fp32")
+    fastpath.ENABLED = True
+    got = kernels.matmul(a, b, dtype, sparsity=sparsity, out_dtype="fp32")
+    assert np.array_equal(got, want)
+    if sparsity is None:  # (sparse: b is pruned first)
+        assert np.array_equal(got, a.astype(np.float64) @ b)
+
+
+def test_bf16_matmul_kernel_on_floats_is_within_fp32_rounding(plain: None) -> None:
+    """Non-integer data: the group's summation order differs from the plain path's, within K fp32 roundings."""
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((256, 1024)).astype(np.float32)
+    b = rng.standard_normal((1024, 512)).astype(np.float32)
+    fastpath.ENABLED = False
+    want = kernels.matmul(a, b, "bf16", out_dtype="fp32")
+    fastpath.ENABLED = True
+    got = kernels.matmul(a, b, "bf16", out_dtype="fp32")
+    bound = 1024 * 2.0**-24 * (np.abs(a.astype(np.float64)) @ np.abs(b))
+    assert np.all(np.abs(got.astype(np.float64) - want) <= 2 * bound)
+
+
+# ---------------------------------------------------------------- faults and memory after them
+S, V = tile("sbuf", "bf16", (32, 16)), tile("sbuf", "bf16", (32, 8), offset=64)
+ACC = tile("psum", "fp32", (16, 8))
+
+
+def psum_after(program: Program, feed: dict[str, np.ndarray], fast: bool) -> tuple[str, np.ndarray]:
+    device = Device(fast_paths=fast)
+    with pytest.raises(SimError) as err:
+        device.run(program, feed, check=False)
+    psum = device.chips[0].core(0).psum
+    return f"{err.value.where}: {err.value}", psum._arrays()[0].copy()
+
+
+def test_fault_mid_group_is_raised_by_its_instruction_with_the_same_memory() -> None:
+    rng = np.random.default_rng(2)
+    s, v = small_ints(rng, (32, 16)), small_ints(rng, (32, 8))
+    outside = tile("sbuf", "bf16", (32, 8), offset=(1 << 18) - 8)  # runs past the end of SBUF
+    compute = [("tensor", Matmul(ACC, S, V)), ("tensor", Matmul(ACC, S, V, accumulate=True)),
+               ("tensor", Matmul(ACC, S, outside, accumulate=True)), ("tensor", Matmul(ACC, S, V, accumulate=True))]
+    program = tile_program(compute, {"s": S, "v": V}, {"o": ACC})
+    fast, slow = psum_after(program, {"s": s, "v": v}, True), psum_after(program, {"s": s, "v": v}, False)
+    assert fast[0] == slow[0] and "tensor[2]" in fast[0] and "out-of-bounds" in fast[0]
+    assert np.array_equal(fast[1], slow[1])
+    assert np.array_equal(fast[1][: 16 * (1 << 14)].reshape(16, -1)[:, :32].view(np.float32), 2 * s.T @ v)
+
+
+def test_bank_overflow_and_strict_accumulate_fault_at_their_instruction() -> None:
+    rng = np.random.default_rng(3)
+    s, v = small_ints(rng, (32, 16)), small_ints(rng, (32, 8))
+    crossing = tile("psum", "fp32", (16, 8), offset=2048 - 16)
+    compute = [("tensor", Matmul(ACC, S, V)), ("tensor", Matmul(ACC, S, V, accumulate=True)),
+               ("tensor", Matmul(crossing, S, V))]
+    program = tile_program(compute, {"s": S, "v": V}, {"o": ACC})
+    fast, slow = psum_after(program, {"s": s, "v": v}, True), psum_after(program, {"s": s, "v": v}, False)
+    assert fast[0] == slow[0] and "overflow a PSUM bank" in fast[0] and "tensor[2]" in fast[0]
+    assert np.array_equal(fast[1], slow[1])
+    other = tile("psum", "fp32", (16, 8), offset=4096)
+    program = tile_program([("tensor", Matmul(ACC, S, V)), ("tensor", Matmul(other, S, V, accumulate=True))],
+                           {"s": S, "v": V}, {"o": ACC})
+    errors = []
+    for fast_paths in (True, False):
+        with pytest.raises(SimError) as err:
+            Device(strict_reads=True, fast_paths=fast_paths).run(program, {"s": s, "v": v}, check=False)
+        errors.append(f"{err.value.where}: {err.value}")
+    assert errors[0] == errors[1] and "never-written" in errors[0]
+
+
+def test_psum_read_between_accumulations_and_overwrite() -> None:
+    rng = np.random.default_rng(4)
+    s, v = small_ints(rng, (32, 16)), small_ints(rng, (32, 8))
+    snap, half = tile("sbuf", "fp32", (16, 8), offset=1024), tile("psum", "fp32", (16, 4), offset=16)
+    compute = [("tensor", Matmul(ACC, S, V)), ("tensor", Matmul(ACC, S, V, accumulate=True)),
+               ("vector", TensorCopy(snap, ACC)),  # reads the group: 2 sᵀv
+               ("tensor", Matmul(ACC, S, V, accumulate=True)),
+               ("gpsimd", Memset(half, 5.0)),  # overwrites part of the accumulator mid-group
+               ("tensor", Matmul(ACC, S, V, accumulate=True)), ("tensor", Matmul(ACC, S, V)),
+               ("tensor", Matmul(ACC, S, V, accumulate=True))]
+    program = tile_program(compute, {"s": S, "v": V}, {"o": ACC, "snap": snap})
+    runs = both(program, {"s": s, "v": v})
+    assert_same(runs)
+    assert np.array_equal(runs[0]["snap"], 2 * s.T @ v) and np.array_equal(runs[0]["o"], 2 * s.T @ v)
+
+
+def test_operand_cache_sees_writes_to_overlapping_bytes_of_another_dtype() -> None:
+    """A cached bf16 operand whose bytes are rewritten through an fp32 view of the same SBUF."""
+    rng = np.random.default_rng(5)
+    s, v = small_ints(rng, (32, 16)), small_ints(rng, (32, 8))
+    alias = tile("sbuf", "fp32", (32, 2), offset=64 + 4)  # bf16 columns 2..5 of V
+    compute = [("tensor", Matmul(ACC, S, V)), ("vector", Memset(alias, 0.0)),
+               ("tensor", Matmul(ACC, S, V, accumulate=True))]
+    program = tile_program(compute, {"s": S, "v": V}, {"o": ACC})
+    runs = both(program, {"s": s, "v": v})
+    assert_same(runs)
+    cleared = v.copy()
+    cleared[:, 2:6] = 0
+    assert np.array_equal(runs[0]["o"], s.T @ v + s.T @ cleared)
