@@ -18,13 +18,16 @@ one fp32 PSUM bank per output tile, accumulating over all of K with ``accumulate
 to inner (``Plan`` chooses the sizes from the shapes and the SBUF):
 
 * *chunks* of up to ``chunk`` columns of ``V``; when the chunk is a *panel* its tiles of all of K are loaded
-  once and stay in SBUF across the chunk's groups (else they stream: loaded for each use);
+  once and stay in SBUF across the chunk's groups (else they stream: loaded for each use; the panel is
+  chosen when it moves fewer bytes);
 * *groups* of up to 4 stationary tiles (512 columns of ``S``): one DMA per K tile loads a group's
   ``[128, 512]``, which stays in SBUF for the whole chunk (two groups are resident: the next group's K
   tiles load during this one's matmuls);
 * *blocks* of 4 PSUM banks (4 stationary tiles × 1 moving tile, or 2 × 2, or 1 × 4): half of the 8
   banks, so one block's epilogue (VectorE/ScalarE, PSUM → SBUF, then a store) overlaps the next block's
-  matmuls;
+  matmuls. When K is too long for two resident groups, a group's K tiles are loaded for each block
+  instead, and a block takes all 8 banks (4 × 2): each stationary load then feeds 8 matmuls, and the
+  epilogue TensorE waits for is short beside a block of that many K tiles;
 * *steps*: one K tile of a block, its matmuls back to back.
 
 DMAs issue from the sync engine in program order (``dsl.data``), so a store placed before a load holds the
@@ -57,6 +60,8 @@ from trnsim.kernels.operands import prepare_matmul
 
 GROUP_TILES = 4  # stationary tiles per group: one DMA of [128 (K), 512] pays the fixed DMA cost once for 4
 BLOCK_BANKS = 4  # PSUM banks of one output block: half of the 8, so two blocks are in flight
+LONG_BLOCK_BANKS = 8  # ... or all 8 when K is too long for resident groups: a block's epilogue is then short
+SCALAR_EVERY = 4  # one bank in this many leaves PSUM on ScalarE
 STREAM_CHUNK = 2048  # moving columns per chunk when they stream (the stationary group is reused across it)
 RESIDENT_SHARE = 0.5  # of the SBUF, what the two resident stationary groups may take
 STREAM_BYTES = 32 * 1024  # SBUF bytes per partition of tiles loaded ahead (what fixes ``Plan.depth``)
@@ -129,6 +134,7 @@ class Plan:
     chunk: int  # moving columns per chunk (a multiple of 512)
     panel: bool  # a chunk's moving tiles stay in SBUF across its groups (else loaded for each use)
     depth: int  # steps whose loads are issued ahead of the matmuls
+    banks: int = BLOCK_BANKS  # PSUM banks of one output block
 
 
 def plan(ms: int, nv: int, k_tiles: int, s_col: int, v_col: int, sbuf: int, *, s_tile: int = 128,
@@ -136,21 +142,23 @@ def plan(ms: int, nv: int, k_tiles: int, s_col: int, v_col: int, sbuf: int, *, s
     """Sizes for ``S [K, ms]`` and ``V [K, nv]`` in ``k_tiles`` K tiles whose columns take ``s_col`` and
     ``v_col`` bytes per partition per K tile, in ``sbuf`` bytes per partition; ``row_bytes`` per moving
     column of a chunk for a bias row. Two resident groups take at most ``RESIDENT_SHARE`` of it, the
-    tiles loaded ahead ``STREAM_BYTES``, a reserve the epilogue tiles, and a panel what is left."""
+    tiles loaded ahead ``STREAM_BYTES``, a reserve the epilogue tiles, and a panel what is left; a panel
+    is used when it moves fewer bytes than streaming (``S`` reloaded per chunk, ``V`` per group)."""
     most = RESIDENT_SHARE * sbuf
     tiles = min(GROUP_TILES, -(-ms // s_tile))
-    while tiles > 1 and 2 * k_tiles * tiles * s_tile * s_col > most:
-        tiles //= 2
     group = tiles * s_tile
     resident = 2 * k_tiles * group * s_col <= most
-    per_step = max(1, BLOCK_BANKS // tiles) * v_tile * v_col + (0 if resident else group * s_col)
+    banks = BLOCK_BANKS if resident else LONG_BLOCK_BANKS
+    per_step = max(1, banks // tiles) * v_tile * v_col + (0 if resident else group * s_col)
     depth = max(1, min(MAX_DEPTH, STREAM_BYTES // per_step - 2))
-    reserve = (STORE_LAG + 2) * BLOCK_BANKS * v_tile * 4  # output tiles (fp32 at most) until stored
+    reserve = (STORE_LAG + 2) * banks * v_tile * 4  # output tiles (fp32 at most) until stored
     left = max(0, sbuf - (2 * k_tiles * group * s_col if resident else 0) - STREAM_BYTES - reserve)
     width = min(-(-nv // v_tile) * v_tile, left // (k_tiles * v_col + row_bytes) // v_tile * v_tile)
-    if ms > group and width >= v_tile:
-        return Plan(group, resident, width, True, depth)
-    return Plan(group, resident, STREAM_CHUNK, False, depth)
+    groups = -(-ms // group)
+    streamed = ms * s_col * -(-nv // STREAM_CHUNK) + nv * v_col * groups  # bytes moved per K row, each way
+    if width >= v_tile and nv * v_col + ms * s_col * -(-nv // width) < streamed:
+        return Plan(group, resident, width, True, depth, banks)
+    return Plan(group, resident, STREAM_CHUNK, False, depth, banks)
 
 
 @dataclass(frozen=True)
@@ -179,7 +187,7 @@ def schedule(ms: int, nv: int, k_tiles: int, p: Plan, s_tile: int, v_tile: int) 
         for r0, rw in blocks(ms, p.group):
             gi = len(sch.groups)
             sch.groups.append((ci, r0, rw))
-            per = max(1, BLOCK_BANKS // -(-rw // s_tile))
+            per = max(1, p.banks // -(-rw // s_tile))
             v_cols = blocks(cw, v_tile, c0)
             for b in range(0, len(v_cols), per):
                 sch.steps += [Step(ci, gi, ki, tuple(v_cols[b : b + per])) for ki in range(k_tiles)]
@@ -296,11 +304,11 @@ def gemm(s: Operand, v: Operand, out: Tensor, k: int, *, scale: float = 1.0, fun
             for si, (a0, sw) in enumerate(s_cols):
                 col = bias_cols[si] if bias_cols else None
                 for vi, (acc, (n0, nn)) in enumerate(zip(accs[si], st.cols, strict=True)):
-                    # NOTE: one bank in four leaves PSUM on ScalarE: VectorE alone would take longer than a
-                    # block of short K
-                    engine = "scalar" if (si * len(st.cols) + vi) % BLOCK_BANKS == BLOCK_BANKS - 1 else "vector"
+                    # NOTE: VectorE alone would take longer than a block of short K
+                    engine = "scalar" if (si * len(st.cols) + vi) % SCALAR_EVERY == SCALAR_EVERY - 1 else "vector"
                     y = epilogue(acc, out.dtype, scale, func, bias_rows[n0][:sw] if bias_rows else None, col, engine)
                     pending.append((i + STORE_LAG, out[r0 + a0 : r0 + a0 + sw, n0 : n0 + nn], y))
+            dsl.release(*(acc for row in accs for acc in row))  # the next block may need all 8 banks
             accs = []
             nxt = sch.steps[i + 1] if i + 1 < len(sch.steps) else None
             if nxt is None or nxt.group != st.group:
