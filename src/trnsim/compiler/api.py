@@ -19,25 +19,43 @@ from trnsim.ir.graph import Graph
 from trnsim.ir.interp import Interpreter
 from trnsim.ir.types import TensorType, dtype_of_numpy
 
-COMPILER_VERSION = "2"   # bumped when the compiled-program format changes (2: interned locations)
+COMPILER_VERSION = "3"   # bumped when the compiled-program format changes (2: interned locations; 3: the graph's
+#                          structure as integer tables)
 
 
 @dataclass
 class CompiledProgram:
     """A compiled program: the optimised graph, its lowering (kernels, engines, costs), schedule and memory
     plan. ``run`` executes it on a simulated NeuronCore and returns the outputs; ``last_profile`` holds the
-    timed profile of the last run."""
+    timed profile of the last run.
 
-    graph: Graph
+    A program loaded from an artifact or the compile cache may hold its graph and plan as functions that
+    decode them from the (already verified) artifact: they run on first use of ``graph`` or ``plan``, so a
+    cache hit that is only inspected, or run later, does not pay for them up front."""
+
+    graph_source: Graph | Callable[[], Graph]
     target: str
     options: CompileOptions
     source_hash: str
     passes: list[PassRecord] = field(default_factory=list[PassRecord])
     shardings: dict[str, str] = field(default_factory=dict[str, str])
-    plan: Any = None
+    plan_source: Any = None
     last_profile: Any = None
     cache_hit: bool = False
     cache_key: str = ""
+
+    @property
+    def graph(self) -> Graph:
+        if not isinstance(self.graph_source, Graph):
+            self.graph_source = self.graph_source()
+        return self.graph_source
+
+    @property
+    def plan(self) -> Any:
+        """The lowering's ``Plan`` (kernel steps, schedule, memory), or None when the pipeline stopped early."""
+        if callable(self.plan_source):
+            self.plan_source = self.plan_source()
+        return self.plan_source
 
     @property
     def spec(self) -> ChipSpec:

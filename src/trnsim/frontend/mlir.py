@@ -104,6 +104,38 @@ def unwrap(source: Any, *, debug_info: bool = True) -> Any:
     return source
 
 
+def mlir_module(source: Any) -> Any:
+    """The MLIR module of a ``Lowered`` (in JAX's context) or an ``ir.Module`` itself; None otherwise."""
+    if hasattr(source, "compiler_ir") and callable(source.compiler_ir):   # jax.stages.Lowered
+        return source.compiler_ir("stablehlo")
+    if hasattr(source, "operation") and hasattr(source, "body"):          # an ir.Module
+        return source
+    return None
+
+
+_strip_passes: dict[int, tuple[Any, Any]] = {}
+
+
+def stripped_bytecode(module: Any) -> bytes:
+    """``module`` as MLIR bytecode without its source locations (a copy is stripped; ``module`` is kept):
+    what keys it in the compile cache, and what ``trnsim cache warm`` hands its workers. Writing bytecode
+    costs a third of printing the module as text; ``parse`` reads it back."""
+    import io
+
+    from jaxlib.mlir import passmanager
+
+    with module.context:
+        hit = _strip_passes.get(id(module.context))
+        if hit is None or hit[0] is not module.context:
+            hit = _strip_passes[id(module.context)] = (module.context,
+                                                      passmanager.PassManager.parse("builtin.module(strip-debuginfo)"))
+        copy = module.operation.clone()
+        hit[1].run(copy)
+        out = io.BytesIO()
+        copy.write_bytecode(out)
+    return out.getvalue()
+
+
 def _first_diagnostic(exc: Exception) -> str:
     text = str(exc).strip()
     lines = [ln.strip() for ln in text.splitlines() if ln.strip()]

@@ -1,15 +1,26 @@
-"""Graph IR ⇄ JSON plus named arrays: the program section of an artifact.
+"""Graph IR ⇄ an artifact's program sections: the structure as integer tables, the rest as small JSON.
 
-Deterministic: values are numbered in definition order, arrays are named ``c0, c1, ...`` in the order met,
-attribute keys keep their order. Nothing is pickled: attributes are JSON scalars, lists, string-keyed
-dicts, tuples (``{"$t": [...]}``), non-finite floats (``{"$f": "nan"}``) and arrays (``{"$a": "c3"}``); the
-markers are decoded while the JSON is parsed (an ``object_hook``), so loading a program is one pass.
+``encode_graph`` returns three parts:
+
+* ``tables`` (JSON): op names, source locations, value types and graph names, each listed once, and the
+  node attributes (``attrs[i]`` is a JSON object; identical attribute sets are stored once);
+* ``structure`` (int64 arrays): one row per graph, one per node, and the flat lists the rows index into
+  (node inputs, output types, region graphs, a graph's parameter types, members and results);
+* ``arrays``: the array-valued attributes, named ``c0, c1, ...`` in the order met.
+
+Values are numbered in definition order — a graph's parameters, then for each node its regions' values,
+then its outputs — so a reference is an index into the values defined so far, and loading is one pass over
+plain Python lists (the tables are turned into lists up front). The encoding is deterministic. Nothing is
+pickled: attributes are JSON scalars, lists, string-keyed dicts, tuples (``{"$t": [...]}``), non-finite
+floats (``{"$f": "nan"}``) and arrays (``{"$a": "c3"}``).
 """
 
 from __future__ import annotations
 
+import gc
+import json
 import math
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -19,19 +30,37 @@ from trnsim.ir.types import DTYPES, TensorType
 
 JSON = Any
 
+# Column layout of the two row tables (``structure["graphs"]`` and ``structure["nodes"]``): each ``*_at``
+# pair is a [start, end) range into the flat list of the same name.
+GRAPH_COLUMNS = ("name", "params_at", "params_end", "members_at", "members_end", "results_at", "results_end")
+NODE_COLUMNS = ("op", "loc", "attrs", "inputs_at", "inputs_end", "outputs_at", "outputs_end", "regions_at",
+                "regions_end")
+FLAT = ("params", "members", "results", "inputs", "outputs", "regions")
+
 
 class _Writer:
     def __init__(self) -> None:
         self.ids: dict[int, int] = {}
         self.arrays: dict[str, np.ndarray] = {}
-        self.locs: dict[str, int] = {}
+        self.interned: dict[str, dict[str, int]] = {"ops": {}, "locations": {}, "types": {}, "names": {}}
+        self.attrs: dict[str, int] = {}
+        self.graphs: list[list[int]] = []
+        self.nodes: list[list[int]] = []
+        self.flat: dict[str, list[int]] = {name: [] for name in FLAT}
 
-    def value(self, v: Value) -> list[Any]:
+    def intern(self, table: str, key: Any) -> int:
+        index = self.interned[table]
+        return index.setdefault(key, len(index))
+
+    def define(self, v: Value) -> int:
         self.ids[v.id] = len(self.ids)
-        return [self.ids[v.id], list(v.type.shape), v.type.dtype]
+        return self.intern("types", (v.type.shape, v.type.dtype))
 
-    def ref(self, v: Value) -> int:
-        return self.ids[v.id]
+    def extend(self, flat: str, items: list[int]) -> tuple[int, int]:
+        column = self.flat[flat]
+        start = len(column)
+        column.extend(items)
+        return start, len(column)
 
     def attr(self, a: Any) -> JSON:
         if isinstance(a, np.ndarray):
@@ -52,107 +81,167 @@ class _Writer:
             return self.attr(a.item())
         raise TypeError(f"cannot serialise attribute of type {type(a).__name__}")
 
-    def graph(self, g: Graph) -> JSON:
-        params = [self.value(p) for p in g.params]
-        nodes = []
+    def node_attrs(self, attrs: dict[str, Any]) -> int:
+        if not attrs:
+            return -1
+        text = json.dumps({k: self.attr(v) for k, v in attrs.items()}, separators=(",", ":"), allow_nan=False)
+        return self.attrs.setdefault(text, len(self.attrs))
+
+    def graph(self, g: Graph) -> int:
+        row = len(self.graphs)
+        self.graphs.append([])
+        params = self.extend("params", [self.define(p) for p in g.params])
+        members: list[int] = []
         for n in g.nodes:
-            entry: dict[str, Any] = {"op": n.op, "in": [self.ref(v) for v in n.inputs]}
+            members.append(len(self.nodes))
+            self.nodes.append([])
+            inputs = self.extend("inputs", [self.ids[v.id] for v in n.inputs])
             regions = [self.graph(r) for r in n.regions]
-            entry["out"] = [self.value(v) for v in n.outputs]
-            if n.attrs:
-                entry["attrs"] = {k: self.attr(v) for k, v in n.attrs.items()}
-            if regions:
-                entry["regions"] = regions
-            entry["loc"] = self.locs.setdefault(n.loc, len(self.locs))     # interned: locations repeat
-            nodes.append(entry)
-        return {"name": g.name, "params": params, "nodes": nodes, "results": [self.ref(v) for v in g.results]}
+            outputs = self.extend("outputs", [self.define(v) for v in n.outputs])
+            self.nodes[members[-1]] = [self.intern("ops", n.op), self.intern("locations", n.loc),
+                                       self.node_attrs(n.attrs), *inputs, *outputs,
+                                       *self.extend("regions", regions)]
+        members_span = self.extend("members", members)
+        results = self.extend("results", [self.ids[v.id] for v in g.results])
+        self.graphs[row] = [self.intern("names", g.name), *params, *members_span, *results]
+        return row
 
 
-def graph_to_json(graph: Graph) -> tuple[JSON, dict[str, np.ndarray]]:
-    """(JSON-able description, arrays by name) of ``graph``."""
+def encode_graph(graph: Graph) -> tuple[JSON, dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """(tables, structure, arrays) of ``graph``: see the module docstring."""
     w = _Writer()
-    body = w.graph(graph)
-    return {"locations": list(w.locs), "graph": body}, w.arrays
+    w.graph(graph)
+    tables = {"ops": list(w.interned["ops"]), "locations": list(w.interned["locations"]),
+              "types": [[list(shape), dtype] for shape, dtype in w.interned["types"]],
+              "names": list(w.interned["names"]), "attrs": "[" + ",".join(w.attrs) + "]"}
+    structure = {"graphs": np.array(w.graphs, dtype=np.int64).reshape(-1, len(GRAPH_COLUMNS)),
+                 "nodes": np.array(w.nodes, dtype=np.int64).reshape(-1, len(NODE_COLUMNS))}
+    structure.update({name: np.array(items, dtype=np.int64) for name, items in w.flat.items()})
+    return tables, structure, w.arrays
 
 
 class _Reader:
-    def __init__(self, where: str, locs: list[str]) -> None:
-        self.locs = locs
-        self.values: dict[int, Value] = {}
-        self.types: dict[tuple[tuple[int, ...], str], TensorType] = {}
+    def __init__(self, where: str, tables: JSON, structure: dict[str, np.ndarray],
+                 arrays: dict[str, np.ndarray]) -> None:
         self.where = where
+        self.ops: list[str] = [str(x) for x in tables["ops"]]
+        self.locs: list[str] = [str(x) for x in tables["locations"]]
+        self.names: list[str] = [str(x) for x in tables["names"]]
+        self.types = [self.tensor_type(t) for t in tables["types"]]
+        self.attrs = self.decode_attrs(tables["attrs"], arrays)
+        bounds = {"params": len(self.types), "outputs": len(self.types), "members": None, "regions": None,
+                  "inputs": None, "results": None}    # references to values are checked as they are resolved
+        self.flat: dict[str, list[int]] = {name: self.column(structure, name, bounds[name]) for name in FLAT}
+        sizes = {"name": len(self.names), "op": len(self.ops), "loc": len(self.locs), "attrs": len(self.attrs),
+                 **{name: len(items) for name, items in self.flat.items()}}
+        self.graphs: list[list[int]] = self.rows(structure, "graphs", GRAPH_COLUMNS, sizes)
+        self.nodes: list[list[int]] = self.rows(structure, "nodes", NODE_COLUMNS, sizes)
+        self.values: list[Value] = []
 
     def bad(self, what: str) -> ArtifactError:
         return ArtifactError(f"the program section is malformed: {what}", where=self.where,
                              hint="the artifact is damaged or from an incompatible trnsim; recompile it")
 
-    def value(self, entry: Any, producer: Node | None = None) -> Value:
+    def tensor_type(self, entry: Any) -> TensorType:
         try:
-            vid, shape, dtype = entry
-            key = (tuple(shape), dtype)
-            t = self.types.get(key)
-            if t is None:
-                if dtype not in DTYPES or not all(isinstance(s, int) for s in shape):
-                    raise self.bad(f"bad type {shape} x {dtype!r}")
-                t = self.types[key] = TensorType(key[0], str(dtype))
-            v = Value(t, producer)
-        except (TypeError, ValueError) as exc:
-            raise self.bad(f"bad value entry {entry!r}") from exc
-        self.values[vid] = v
-        return v
+            shape, dtype = entry
+            if dtype in DTYPES and all(isinstance(s, int) and s >= 0 for s in shape):
+                return TensorType(tuple(shape), str(dtype))
+        except (TypeError, ValueError):
+            pass
+        raise self.bad(f"bad type {entry!r}")
 
-    def location(self, index: Any) -> str:
+    def decode_attrs(self, text: Any, arrays: dict[str, np.ndarray]) -> list[dict[str, Any]]:
+        def hook(d: dict[str, Any]) -> Any:
+            if len(d) == 1:
+                if "$a" in d:
+                    name = d["$a"]
+                    if name not in arrays:
+                        raise self.bad(f"reference to a missing array {name!r}")
+                    return np.array(arrays[name])
+                if "$t" in d:
+                    return tuple(d["$t"])
+                if "$f" in d:
+                    return float(d["$f"])
+            return d
+
         try:
-            return self.locs[index]
-        except (IndexError, TypeError):
-            raise self.bad(f"unknown location index {index!r}") from None
+            decoded = json.loads(text, object_hook=hook)
+        except (ValueError, TypeError) as exc:
+            raise self.bad(f"the attributes are not valid JSON ({exc})") from exc
+        if not isinstance(decoded, list) or not all(isinstance(a, dict) for a in decoded):
+            raise self.bad("the attributes are not a list of objects")
+        return cast(list[dict[str, Any]], decoded)
 
-    def ref(self, vid: Any) -> Value:
-        try:
-            return self.values[vid]
-        except (KeyError, TypeError):
-            raise self.bad(f"reference to undefined value {vid!r}") from None
+    def rows(self, structure: dict[str, np.ndarray], name: str, columns: tuple[str, ...],
+             sizes: dict[str, int]) -> list[list[int]]:
+        """The table as lists, after checking every index in it (so the loading loop need not)."""
+        table = structure.get(name)
+        if table is None or table.ndim != 2 or table.shape[1] != len(columns):
+            raise self.bad(f"table {name!r} is missing or not {len(columns)} columns wide")
+        for i, column in enumerate(columns):
+            values = table[:, i]
+            if column.endswith("_at"):
+                end = table[:, i + 1]
+                if ((values < 0) | (values > end) | (end > sizes[column[:-3]])).any():
+                    raise self.bad(f"a {column[:-3]} range of {name!r} is out of bounds")
+            elif not column.endswith("_end"):
+                lowest = -1 if column == "attrs" else 0     # a node without attributes has attrs -1
+                if ((values < lowest) | (values >= sizes[column])).any():
+                    raise self.bad(f"a {column} index of {name!r} is out of bounds")
+        return table.tolist()
 
-    def graph(self, d: JSON) -> Graph:
-        try:
-            params = [self.value(p) for p in d["params"]]
-            nodes: list[Node] = []
-            for e in d["nodes"]:
-                inputs = [self.ref(v) for v in e["in"]]
-                regions = [self.graph(r) for r in e["regions"]] if "regions" in e else []
-                node = Node(e["op"], inputs, [], e.get("attrs") or {}, regions, self.location(e.get("loc")))
-                node.outputs = [self.value(o, node) for o in e["out"]]
-                nodes.append(node)
-            results = [self.ref(v) for v in d["results"]]
-            return Graph(params, nodes, results, str(d.get("name", "main")))
-        except (KeyError, TypeError) as exc:
-            raise self.bad(f"missing or mistyped field ({exc})") from exc
+    def column(self, structure: dict[str, np.ndarray], name: str, bound: int | None) -> list[int]:
+        column = structure.get(name)
+        if column is None or column.ndim != 1:
+            raise self.bad(f"list {name!r} is missing or not flat")
+        if column.size and (int(column.min()) < 0 or (bound is not None and int(column.max()) >= bound)):
+            raise self.bad(f"list {name!r} holds an index out of bounds")
+        return column.tolist()
+
+    def graph(self, row: int) -> Graph:
+        values, types, flat, rows = self.values, self.types, self.flat, self.nodes
+        inputs_of, outputs_of, regions_of = flat["inputs"], flat["outputs"], flat["regions"]
+        name, p0, p1, m0, m1, r0, r1 = self.graphs[row]
+        params = [Value(types[t]) for t in flat["params"][p0:p1]]
+        values.extend(params)
+        nodes: list[Node] = []
+        for member in flat["members"][m0:m1]:
+            op, loc, attrs, i0, i1, o0, o1, g0, g1 = rows[member]
+            # NOTE: arguments evaluate left to right: inputs refer to earlier values, then the regions define
+            # theirs, then the outputs are defined — the writer's numbering
+            node = Node(self.ops[op], [values[v] for v in inputs_of[i0:i1]], [],
+                        {} if attrs < 0 else dict(self.attrs[attrs]),
+                        [self.graph(g) for g in regions_of[g0:g1]] if g1 > g0 else [], self.locs[loc])
+            outputs = node.outputs = [Value(types[t], node) for t in outputs_of[o0:o1]]
+            values.extend(outputs)
+            nodes.append(node)
+        results = [values[v] for v in flat["results"][r0:r1]]
+        return Graph(params, nodes, results, self.names[name])
 
 
-def graph_from_json(text: bytes | str, arrays: dict[str, np.ndarray], *, where: str) -> Graph:
-    """The graph of ``graph_to_json``, from its JSON text and arrays."""
-    import json
-
-    def hook(d: dict[str, Any]) -> Any:
-        if len(d) == 1:
-            if "$a" in d:
-                name = d["$a"]
-                if name not in arrays:
-                    raise ArtifactError(f"the program refers to a missing array {name!r}", where=where,
-                                        hint="the artifact is damaged; recompile it")
-                return np.array(arrays[name])
-            if "$t" in d:
-                return tuple(d["$t"])
-            if "$f" in d:
-                return float(d["$f"])
-        return d
-
+def decode_graph(tables: JSON, structure: dict[str, np.ndarray], arrays: dict[str, np.ndarray], *,
+                 where: str) -> Graph:
+    """The graph of ``encode_graph``. Any inconsistency is an ``ArtifactError`` naming ``where``."""
+    gc_was_enabled = gc.isenabled()
+    gc.disable()    # NOTE: building ~10^3 Node/Value cycles would trigger collections that cost twice the build
     try:
-        data = json.loads(text, object_hook=hook)
-    except ValueError as exc:
-        raise ArtifactError(f"the program section is not valid JSON: {exc}", where=where,
-                            hint="the artifact is damaged; recompile it") from exc
-    if not isinstance(data, dict) or not isinstance(data.get("locations"), list) or "graph" not in data:
-        raise ArtifactError("the program section lacks its locations table or graph", where=where,
-                            hint="the artifact is damaged or from an incompatible trnsim; recompile it")
-    return _Reader(where, [str(x) for x in data["locations"]]).graph(data["graph"])
+        return _decode(tables, structure, arrays, where)
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+
+
+def _decode(tables: JSON, structure: dict[str, np.ndarray], arrays: dict[str, np.ndarray], where: str) -> Graph:
+    try:
+        reader = _Reader(where, tables, structure, arrays)
+    except (KeyError, TypeError) as exc:
+        raise ArtifactError(f"the program section is malformed: missing or mistyped table ({exc})", where=where,
+                            hint="the artifact is damaged or from an incompatible trnsim; recompile it") from exc
+    if not reader.graphs or sorted(reader.flat["members"]) != list(range(len(reader.nodes))) or \
+            sorted(reader.flat["regions"]) != list(range(1, len(reader.graphs))):
+        raise reader.bad("its graphs and nodes do not form one tree")
+    try:
+        return reader.graph(0)
+    except (IndexError, RecursionError) as exc:
+        raise reader.bad(f"a value is used before it is defined ({type(exc).__name__})") from exc

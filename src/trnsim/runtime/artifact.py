@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import re
 import struct
@@ -278,15 +279,25 @@ def _dtype_name(dt: np.dtype[Any]) -> str:
 
 
 def _dtype_of(name: str, where: str) -> np.dtype[Any]:
+    hit = _DTYPES_READ.get(name)
+    return hit if hit is not None else _read_dtype(name, where)
+
+
+_DTYPES_READ: dict[str, np.dtype[Any]] = {}
+
+
+def _read_dtype(name: str, where: str) -> np.dtype[Any]:
     ml = getattr(ml_dtypes, name, None)
     if isinstance(ml, type):
-        return np.dtype(ml)
+        dt = _DTYPES_READ[name] = np.dtype(ml)
+        return dt
     try:
         dt = np.dtype(name)
     except TypeError:
         dt = None
     if dt is None or dt.kind not in _PLAIN_KINDS or dt.name != name:
         raise ArtifactError(f"unknown array dtype {name!r}", where=where, hint=RECOMPILE)
+    _DTYPES_READ[name] = dt
     return dt
 
 
@@ -337,7 +348,7 @@ def unpack_arrays(data: bytes, *, where: str = "arrays") -> dict[str, np.ndarray
                 and isinstance(off, int) and isinstance(length, int) and off >= 0):
             raise bad(f"entry {entry!r} is not [name, dtype, shape, offset, size]")
         dt = _dtype_of(dtype_name, where).newbyteorder("<")
-        count = int(np.prod(shape, dtype=np.int64))
+        count = math.prod(shape)
         if count * dt.itemsize != length or start + off + length > len(data):
             raise bad(f"array {name!r}: {length} bytes at {off} do not fit shape {shape} of {dtype_name}")
         arr = np.frombuffer(buf, dtype=dt, count=count, offset=start + off).reshape(shape)

@@ -2,7 +2,8 @@
 
 An artifact holds, beside the header: metadata (inputs and outputs with shapes and dtypes, target, options,
 compiler and trnsim versions, the source hash, shardings, per-step source locations, instruction counts
-per engine, the estimated time), and three sections: ``program.json`` (the optimised graph),
+per engine, the estimated time), and four sections: the optimised graph as ``program.json`` (op names,
+locations, types and attributes, each listed once) and ``program.bin`` (its structure as integer tables),
 ``constants.bin`` (its arrays) and ``plan.json`` (the lowered, scheduled kernel steps — the instruction
 stream at kernel granularity). Loading re-creates the ``CompiledProgram`` without recompiling.
 """
@@ -19,9 +20,11 @@ from trnsim.compiler.lowering import Plan
 from trnsim.compiler.options import CompileOptions
 from trnsim.compiler.pipeline import PassRecord
 from trnsim.errors import ArtifactError
-from trnsim.ir.serialize import graph_from_json, graph_to_json
+from trnsim.ir.graph import Graph
+from trnsim.ir.serialize import decode_graph, encode_graph
 from trnsim.runtime.artifact import (
     FORMAT_VERSION,
+    RECOMPILE,
     Artifact,
     pack_arrays,
     pack_artifact,
@@ -32,6 +35,7 @@ from trnsim.runtime.artifact import (
 )
 
 KIND = "trnsim-compiled-program"
+SECTIONS = ("program.json", "program.bin", "constants.bin", "plan.json")
 
 
 def _json_bytes(obj: Any) -> bytes:
@@ -62,9 +66,9 @@ def metadata(program: CompiledProgram) -> dict[str, Any]:
 
 
 def to_bytes(program: CompiledProgram) -> bytes:
-    graph, arrays = graph_to_json(program.graph)
-    sections = {"program.json": _json_bytes(graph), "constants.bin": pack_arrays(arrays),
-                "plan.json": _json_bytes(program.plan.to_json())}
+    tables, structure, arrays = encode_graph(program.graph)
+    sections = {"program.json": _json_bytes(tables), "program.bin": pack_arrays(structure),
+                "constants.bin": pack_arrays(arrays), "plan.json": _json_bytes(program.plan.to_json())}
     return pack_artifact(metadata(program), sections, target=program.target)
 
 
@@ -73,7 +77,9 @@ def save(program: CompiledProgram, path: str | os.PathLike[str]) -> Path:
     return write_bytes_atomic(path, to_bytes(program))
 
 
-def from_artifact(art: Artifact, where: str) -> CompiledProgram:
+def from_artifact(art: Artifact, where: str, *, lazy: bool = False) -> CompiledProgram:
+    """The program in a verified artifact. ``lazy``: decode the graph and plan on first use (the compile
+    cache's hits); the header, hash, kind, version, options and sections are checked here either way."""
     meta = art.meta
     if meta.get("kind") != KIND:
         raise ArtifactError(f"not a trnsim compiled program (kind {meta.get('kind')!r})", where=where,
@@ -83,30 +89,47 @@ def from_artifact(art: Artifact, where: str) -> CompiledProgram:
                             f"version {COMPILER_VERSION!r}", where=where,
                             hint="recompile it with this trnsim: `trnsim compile ...`")
     try:
-        graph_text = art.section("program.json")
-        plan_data = json.loads(art.section("plan.json"))
         options = CompileOptions(**meta["options"])
         # NOTE: pass names and node counts come back (not their times): a loaded program saves to the same bytes
         passes = [PassRecord(str(name), 0.0, int(nodes), {}) for name, nodes in meta.get("passes", [])]
     except (ValueError, TypeError, KeyError) as exc:
         raise ArtifactError(f"the artifact's metadata is malformed: {exc}", where=where,
                             hint="recompile it with `trnsim compile ...`") from exc
-    arrays = unpack_arrays(art.section("constants.bin"), where=where)
-    graph = graph_from_json(graph_text, arrays, where=where)
+    sections = {name: art.section(name) for name in SECTIONS}   # a missing section is an error now
+    structure = unpack_arrays(sections["program.bin"], where=where)
+
+    def graph() -> Graph:
+        tables = _json_section(sections["program.json"], "program", where)
+        arrays = unpack_arrays(sections["constants.bin"], where=where)
+        return decode_graph(tables, structure, arrays, where=where)
+
+    def plan() -> Plan:
+        try:
+            decoded = Plan.from_json(_json_section(sections["plan.json"], "plan", where))
+        except (KeyError, TypeError) as exc:
+            raise ArtifactError(f"the artifact's plan is malformed: {exc}", where=where, hint=RECOMPILE) from exc
+        top = structure.get("graphs")
+        nodes = int(top[0, 4] - top[0, 3]) if top is not None and top.ndim == 2 and len(top) else 0
+        if any(i >= nodes for s in decoded.steps for i in s.nodes):
+            raise ArtifactError("the plan refers to nodes the program does not have", where=where, hint=RECOMPILE)
+        return decoded
+
+    program = CompiledProgram(graph, art.target, options, str(meta.get("source_hash", "")), passes,
+                              dict(meta.get("shardings", {})), plan)
+    if not lazy:
+        _ = (program.graph, program.plan)     # decode now: a damaged artifact's error is raised here
+    return program
+
+
+def _json_section(raw: bytes, what: str, where: str) -> Any:
     try:
-        plan = Plan.from_json(plan_data)
-    except (KeyError, TypeError) as exc:
-        raise ArtifactError(f"the artifact's plan is malformed: {exc}", where=where,
-                            hint="recompile it with `trnsim compile ...`") from exc
-    if len(plan.steps) and max(max(s.nodes, default=0) for s in plan.steps) >= len(graph.nodes):
-        raise ArtifactError("the plan refers to nodes the program does not have", where=where,
-                            hint="recompile it with `trnsim compile ...`")
-    return CompiledProgram(graph, art.target, options, str(meta.get("source_hash", "")), passes,
-                           dict(meta.get("shardings", {})), plan)
+        return json.loads(raw)
+    except ValueError as exc:
+        raise ArtifactError(f"the {what} section is not valid JSON: {exc}", where=where, hint=RECOMPILE) from exc
 
 
-def from_bytes(data: bytes, *, where: str, target: str | None = None) -> CompiledProgram:
-    return from_artifact(unpack_artifact(data, where=where, expect_target=target), where)
+def from_bytes(data: bytes, *, where: str, target: str | None = None, lazy: bool = False) -> CompiledProgram:
+    return from_artifact(unpack_artifact(data, where=where, expect_target=target), where, lazy=lazy)
 
 
 def load_artifact(path: str | os.PathLike[str], target: str | None = None) -> CompiledProgram:
@@ -117,12 +140,16 @@ def load_artifact(path: str | os.PathLike[str], target: str | None = None) -> Co
 # ---- compilation through the cache ---------------------------------------------------------------------
 
 def module_key_text(module: object) -> str | bytes:
-    """The module's identity for the cache key: its text without source locations (or its bytecode)."""
+    """The module's identity for the cache key, without source locations: for a ``Lowered`` or an MLIR
+    module its bytecode (``frontend.mlir.stripped_bytecode``), for text the text, for bytecode the bytes."""
     import re
 
-    from trnsim.frontend.mlir import read_source, unwrap
+    from trnsim.frontend.mlir import mlir_module, read_source, stripped_bytecode, unwrap
 
-    source = unwrap(read_source(module), debug_info=False)
+    ir_module = mlir_module(module)
+    if ir_module is not None:
+        return stripped_bytecode(ir_module)
+    source = unwrap(read_source(module))
     if isinstance(source, bytes | bytearray):
         return bytes(source)
     text = str(source)
@@ -143,13 +170,20 @@ def _spec_json(spec: Any) -> bytes:
     return hit[1]
 
 
+def _jaxlib_version() -> str:
+    """jaxlib's version: its parser reads the module and writes the bytecode that keys it."""
+    from importlib.metadata import version
+
+    return version("jaxlib")
+
+
 def cache_entries(module: object, target: str, options: CompileOptions) -> dict[str, str | bytes]:
     from trnsim import __version__
     from trnsim.hw import registry
 
     spec = registry.get(target)
     return {"module": module_key_text(module), "options": _json_bytes(options.as_dict()),
-            "target": _spec_json(spec), "trnsim_version": __version__,
+            "target": _spec_json(spec), "trnsim_version": __version__, "jaxlib_version": _jaxlib_version(),
             "compiler_version": COMPILER_VERSION, "format_version": str(FORMAT_VERSION)}
 
 
@@ -176,7 +210,8 @@ def compile(module: object, target: str = "trn3", *, cache: object = None,
         return to_bytes(program)
 
     data, hit = store.get_or_build(key, build, meta={"target": target, "options": opts.as_dict()})
-    program = built[0] if built else from_bytes(data, where=f"compile cache entry {key[:12]}", target=target)
+    program = built[0] if built else from_bytes(data, where=f"compile cache entry {key[:12]}", target=target,
+                                                lazy=True)
     program.cache_hit = hit and not built
     program.cache_key = key
     return program

@@ -104,7 +104,9 @@ def module_source(module: object, where: str) -> str | bytes:
     if isinstance(module, str | bytes):
         return module
     if hasattr(module, "compiler_ir") and hasattr(module, "as_text"):   # jax.stages.Lowered
-        return str(module.as_text())  # pyright: ignore[reportAttributeAccessIssue]
+        from trnsim.frontend.mlir import mlir_module, stripped_bytecode
+
+        return stripped_bytecode(mlir_module(module))
     if hasattr(module, "mlir_module_serialized"):                       # jax.export.Exported
         return bytes(module.mlir_module_serialized)  # pyright: ignore[reportAttributeAccessIssue]
     raise CompileError(f"cannot warm a {type(module).__name__}", where=where,
