@@ -80,14 +80,16 @@ class Context:
         return decode_raw(self.read_raw(ap), ap.dtype)
 
     def read32(self, ap: AccessPattern) -> NDArray[np.float32]:
-        """Values as an engine sees them: fp32, flattened to ``[partitions, free_size]``. Do not modify the
-        result: SBUF reads may come from the ``OperandCache`` (read-only)."""
-        if self.operands is not None and ap.memory == "sbuf":
-            return self.operands.get(ap, lambda: self._decode32(ap))
-        return self._decode32(ap)
-
-    def _decode32(self, ap: AccessPattern) -> NDArray[np.float32]:
+        """Values as an engine sees them: fp32, flattened to ``[partitions, free_size]``."""
         return decode_raw32(self.read_raw(ap), ap.dtype).reshape(ap.partitions, ap.free_size)
+
+    def operand32(self, ap: AccessPattern) -> NDArray[np.float32]:
+        """``read32`` of an operand that is typically read again unchanged (TensorE's: a stationary across
+        moving tiles, a resident moving panel across row blocks). Read-only: SBUF operands may come from the
+        ``OperandCache``."""
+        if self.operands is not None and ap.memory == "sbuf":
+            return self.operands.get(ap, lambda: self.read32(ap))
+        return self.read32(ap)
 
     def accumulate32(self, ap: AccessPattern, values: NDArray[np.float32], *, add: bool) -> None:
         """PSUM-style fp32 store, in place: ``dst = values`` or ``dst += values`` (one fp32 rounding per
@@ -125,9 +127,10 @@ class Context:
         self._mark_written(ap, reg)
 
     def _mark_written(self, ap: AccessPattern, reg: Region) -> None:
-        """Every store ends here: the bytes count as written (strict reads) and cached decodes of them
-        become stale (``fastpath.OperandCache``)."""
-        reg.mark_written(ap)
+        """Every store ends here: the bytes count as written (kept only for strict reads, the flags' one
+        reader) and cached decodes of them become stale (``fastpath.OperandCache``)."""
+        if self.strict_reads:
+            reg.mark_written(ap)
         if self.operands is not None and ap.memory == "sbuf":
             self.operands.wrote(ap)
 

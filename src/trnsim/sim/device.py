@@ -107,8 +107,13 @@ class Device:
         if chips < 1:
             raise SimError(f"chips={chips}", hint="a device has at least one chip")
         self.chips = [Chip(i, self.spec) for i in range(chips)]
-        self.strict_reads = strict_reads
+        self._strict_reads = strict_reads
         self.fast_paths = fastpath.ENABLED if fast_paths is None else fast_paths
+
+    @property
+    def strict_reads(self) -> bool:
+        """Fixed for the device's life: only a strict device keeps the per-byte written flags."""
+        return self._strict_reads
 
     @overload
     def run(self, program: Program, inputs: Mapping[str, ArrayLike] | Sequence[ArrayLike] = (), *more_inputs: Any,
@@ -168,7 +173,7 @@ class Device:
                       rounding=program.rounding, rng=np.random.default_rng(program.seed),
                       bank_bytes=core_spec.psum.bank_bytes, fast_paths=self.fast_paths)
         for decl, value in _bind_inputs(program, inputs).items():
-            self._store(target.hbm, decl, layout[decl.name], value)
+            self._store(target.hbm, decl, layout[decl.name], value, mark=self.strict_reads)
         profile = None
         if timing:
             from trnsim.sim.timing.run import execute_timed
@@ -188,10 +193,11 @@ class Device:
         return seg.data[lo : lo + decl.nbytes].view(raw_type), seg.written[lo : lo + decl.nbytes]
 
     @classmethod
-    def _store(cls, mem: SparseMemory, decl: TensorDecl, base: int, value: NDArray[Any]) -> None:
+    def _store(cls, mem: SparseMemory, decl: TensorDecl, base: int, value: NDArray[Any], *, mark: bool) -> None:
         codes, written = cls._tensor_codes(mem, decl, base)
         codes[...] = encode_values(value.reshape(-1), decl.dtype)
-        written[...] = True
+        if mark:
+            written[...] = True
 
     @classmethod
     def _load(cls, mem: SparseMemory, decl: TensorDecl, base: int) -> NDArray[Any]:

@@ -8,8 +8,8 @@
 
 An access pattern is an affine map from its index space to bytes (``isa.ap``), so every access is a
 *strided view* of one contiguous buffer: ``np.ndarray(shape, dtype, buffer, offset, strides)``. Reads copy
-the view, writes assign into it: no per-element address arrays. Both memories remember which bytes were
-written, so a strict device can fault on reads of uninitialised memory.
+the view, writes assign into it: no per-element address arrays. Both memories can remember which bytes were
+written (a strict device marks them), so a strict device can fault on reads of uninitialised memory.
 """
 
 from __future__ import annotations

@@ -89,7 +89,7 @@ def scale_factors(ctx: Context, scale: AccessPattern, k: int) -> NDArray[np.floa
 
 def stationary_values(ctx: Context, ins: Matmul) -> NDArray[np.floating[Any]]:
     """The dense stationary [K, M] in exact values (sparse: scattered to their positions; MX: scaled)."""
-    vals = ctx.read32(ins.stationary)
+    vals = ctx.operand32(ins.stationary)
     if ins.sparsity is not None:
         assert ins.stationary_index is not None
         n, m = SPARSE_PATTERNS[ins.sparsity]
@@ -113,7 +113,7 @@ def stationary_values(ctx: Context, ins: Matmul) -> NDArray[np.floating[Any]]:
 @semantics(Matmul)
 def matmul(ctx: Context, ins: Matmul) -> None:
     s = stationary_values(ctx, ins)  # [K, M]
-    v = ctx.read32(ins.moving)  # [K, N]
+    v = ctx.operand32(ins.moving)  # [K, N]
     if ins.moving_scale is not None:
         v = v * scale_factors(ctx, ins.moving_scale, v.shape[0])
     bank = ctx.bank_bytes
