@@ -22,7 +22,7 @@ to inner (``Plan`` chooses the sizes from the shapes and the SBUF):
   chosen when it moves fewer bytes);
 * *groups* of up to 4 stationary tiles (512 columns of ``S``): one DMA per K tile loads a group's
   ``[128, 512]``, which stays in SBUF for the whole chunk (two groups are resident: the next group's K
-  tiles load during this one's matmuls);
+  tiles load during this one's last matmuls);
 * *blocks* of 4 PSUM banks (4 stationary tiles × 1 moving tile, or 2 × 2, or 1 × 4): half of the 8
   banks, so one block's epilogue (VectorE/ScalarE, PSUM → SBUF, then a store) overlaps the next block's
   matmuls. When K is too long for two resident groups, a group's K tiles are loaded for each block
@@ -39,7 +39,7 @@ the kernel's tail runs on all queues. A transposed load of a 1-byte type cannot 
 (neuron.md §1.3) and moves element by element: it is cut into one DMA per 128 columns, so the queues
 share it. Ragged tails in M, K and N are smaller tiles, never padding.
 
-At 2048³ and [4096 × 8192] × [8192 × 8192] in bf16 TensorE is busy 95% and 99.5% of the time on the
+At 2048³ and [4096 × 8192] × [8192 × 8192] in bf16 TensorE is busy 95% and 99.8% of the time on the
 timing model (``benchmarks/timing.py``).
 """
 
@@ -196,26 +196,13 @@ def schedule(ms: int, nv: int, k_tiles: int, p: Plan, s_tile: int, v_tile: int) 
 
 class Loader:
     """The SBUF tiles of each step, loaded by ``step(i)`` (called ``depth`` steps ahead of step ``i``'s
-    matmuls): resident groups and panels are kept until ``drop_group`` / ``drop_chunk``; the next resident
-    group's K tiles are spread over this group's later steps."""
+    matmuls, so the next group's K tiles load while this group's last steps run): resident groups and
+    panels are kept until ``drop_group`` / ``drop_chunk``."""
 
     def __init__(self, s: Operand, v: Operand, k_blocks: list[tuple[int, int]], sch: Schedule, p: Plan) -> None:
         self.s, self.v, self.k_blocks, self.sch, self.p = s, v, k_blocks, sch, p
         self.s_tiles: dict[tuple[int, int], Tiles] = {}
         self.v_tiles: dict[tuple[int, int, int], Tiles] = {}
-        self.ahead: dict[int, list[tuple[int, int]]] = {}  # step → (group, K tile) loads of the next group
-        if not p.resident:
-            return
-        first = 0
-        for gi in range(len(sch.groups)):
-            last = first
-            while last < len(sch.steps) and sch.steps[last].group == gi:
-                last += 1
-            lead, n = first + p.depth, len(k_blocks)
-            if gi + 1 < len(sch.groups) and last - lead > 0:  # only when the group outlasts the lead
-                for ki in range(n):
-                    self.ahead.setdefault(lead + ki * (last - lead) // n, []).append((gi + 1, ki))
-            first = last
 
     def stationary(self, gi: int, ki: int) -> Tiles:
         tiles = self.s_tiles.get((gi, ki))
@@ -236,8 +223,6 @@ class Loader:
         return tiles
 
     def step(self, i: int) -> tuple[Tiles, list[Tiles]]:
-        for gi, ki in self.ahead.get(i, ()):
-            self.stationary(gi, ki)
         st = self.sch.steps[i]
         return self.stationary(st.group, st.k), [self.moving(st.chunk, st.k, n0, nn) for n0, nn in st.cols]
 
