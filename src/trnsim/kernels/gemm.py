@@ -54,6 +54,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from trnsim import dsl
 from trnsim.dsl import Tensor
+from trnsim.isa.base import Engine
 from trnsim.isa.tensor_engine import MX_BLOCK, SPARSE_PATTERNS
 from trnsim.kernels.layout import prefetch
 from trnsim.kernels.operands import prepare_matmul
@@ -236,7 +237,7 @@ class Loader:
 
 
 def epilogue(acc: Tensor, dtype: str, scale: float, func: str | None, bias_row: Tensor | None,
-             bias_col: Tensor | None, engine: str = "vector") -> Tensor:
+             bias_col: Tensor | None, engine: Engine = "vector") -> Tensor:
     """``func(acc * scale + bias)`` rounded to ``dtype``: ``bias_row`` [P, n] runs along the free axis
     (VectorE add first), ``bias_col`` [P, 1] per partition (fused into ScalarE's activation); a plain
     copy out of PSUM runs on ``engine``."""
@@ -247,7 +248,7 @@ def epilogue(acc: Tensor, dtype: str, scale: float, func: str | None, bias_row: 
             return acc
         scale = 1.0
     if func is None and scale == 1.0 and bias_col is None:
-        return dsl.copy(acc, dtype=dtype, engine="scalar" if engine == "scalar" else "vector")
+        return dsl.copy(acc, dtype=dtype, engine=engine)
     return dsl.activation(func or "identity", acc, scale=scale, bias=bias_col, dtype=dtype)
 
 
@@ -290,7 +291,8 @@ def gemm(s: Operand, v: Operand, out: Tensor, k: int, *, scale: float = 1.0, fun
                 col = bias_cols[si] if bias_cols else None
                 for vi, (acc, (n0, nn)) in enumerate(zip(accs[si], st.cols, strict=True)):
                     # NOTE: VectorE alone would take longer than a block of short K
-                    engine = "scalar" if (si * len(st.cols) + vi) % SCALAR_EVERY == SCALAR_EVERY - 1 else "vector"
+                    engine: Engine = "scalar" if (si * len(st.cols) + vi) % SCALAR_EVERY == SCALAR_EVERY - 1 \
+                        else "vector"
                     y = epilogue(acc, out.dtype, scale, func, bias_rows[n0][:sw] if bias_rows else None, col, engine)
                     pending.append((i + STORE_LAG, out[r0 + a0 : r0 + a0 + sw, n0 : n0 + nn], y))
             dsl.release(*(acc for row in accs for acc in row))  # the next block may need all 8 banks
