@@ -5,7 +5,8 @@ against numpy baselines measured in the same run.
 
 The matmul goal (≤ 2× a float32 numpy matmul of the same shapes) is for the cached path: a kernel is traced
 once per shape (as NKI caches kernels), so a repeated ``run_kernel`` only runs the program. The first call,
-which also traces and verifies the 1,472-instruction program, is reported separately.
+which also traces and verifies the program, is reported separately. ``--plain`` runs the simulator's plain
+reference path (``Device(fast_paths=False)``) for comparison.
 """
 
 from __future__ import annotations
@@ -22,9 +23,12 @@ import trnsim
 from _timing import ratio, report
 from trnsim import dsl
 from trnsim.kernels import flash_attention, flash_attention_kernel, matmul_kernel
+from trnsim.sim import fastpath
 
 
 def main() -> int:
+    if "--plain" in sys.argv[1:]:
+        fastpath.ENABLED = False
     rng = np.random.default_rng(0)
     n = 2048
     a = rng.standard_normal((n, n), dtype=np.float32).astype(ml_dtypes.bfloat16).astype(np.float32)
@@ -51,8 +55,10 @@ def main() -> int:
 def attention() -> bool:
     """Flash attention forward, batch 1, 8 heads, 2048 x 128, bf16, through run_kernel (host function,
     traced once) against float32 numpy softmax(Q Kᵀ / √d) V on the same values; also the program's time on
-    the timing model. NOTE: the simulator runs 2,560 small matmuls (≤ 128x128x512); OpenBLAS's threads
-    make each of them several times slower on a busy machine (OPENBLAS_NUM_THREADS=1 avoids that)."""
+    the timing model. NOTE: the program has 2,560 small matmuls (≤ 128x128x512); the simulator sums each
+    PSUM accumulation group in one BLAS call (``trnsim.sim.fastpath``), but the calls stay small, and
+    OpenBLAS's threads make small calls several times slower on a busy machine (OPENBLAS_NUM_THREADS=1
+    avoids that)."""
     rng = np.random.default_rng(0)
     shape = (1, 8, 2048, 128)
     q, k, v = (rng.standard_normal(shape, dtype=np.float32).astype(ml_dtypes.bfloat16) for _ in range(3))
