@@ -4,6 +4,7 @@ ignore source locations."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -21,7 +22,7 @@ from trnsim.errors import ArtifactError
 from trnsim.ir.graph import Graph, format_graph
 from trnsim.ir.serialize import decode_graph, encode_graph
 from trnsim.runtime.artifact import pack_arrays, pack_artifact, unpack_artifact
-from trnsim.runtime.program import cache_entries, from_bytes, to_bytes
+from trnsim.runtime.program import cache_entries, from_bytes, source_digest, to_bytes
 from trnsim.runtime.warm import module_source
 
 
@@ -140,6 +141,14 @@ def test_hash_valid_but_malformed_program_fails_at_load_or_first_use() -> None:
     bad_plan = dict(art.sections, **{"plan.json": json.dumps({"target": "trn3", "steps": [{}]}).encode()})
     with pytest.raises(ArtifactError, match="plan is malformed"):
         _ = from_bytes(pack_artifact(art.meta, bad_plan, target=art.target), where="x", lazy=True).plan
+
+
+def test_cache_key_covers_the_compiler_source_and_jaxlib() -> None:
+    """An edited kernel or cost table changes trnsim's programs without a version bump: the key has the
+    digest of trnsim's source files, and jaxlib's version (its parser and bytecode writer)."""
+    entries = cache_entries(jax.jit(_mlp).lower(X, W), "trn3", CompileOptions())
+    assert entries["trnsim_source"] == source_digest() and len(source_digest()) == 64
+    assert entries["jaxlib_version"] == importlib.metadata.version("jaxlib")
 
 
 def _key(module: object) -> str | bytes:

@@ -10,6 +10,7 @@ stream at kernel granularity). Loading re-creates the ``CompiledProgram`` withou
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from pathlib import Path
@@ -177,6 +178,22 @@ def _jaxlib_version() -> str:
     return version("jaxlib")
 
 
+_SOURCE_DIGEST: list[str] = []
+
+
+def source_digest() -> str:
+    """sha256 of trnsim's own source and data files (read once per process): an edited kernel, cost table
+    or pass is a new compiler even when the version string is not, so its programs get new keys."""
+    if not _SOURCE_DIGEST:
+        root = Path(__file__).resolve().parents[1]
+        digest = hashlib.sha256()
+        for path in sorted(p for p in root.rglob("*") if p.suffix in (".py", ".toml") and p.is_file()):
+            digest.update(str(path.relative_to(root)).encode() + b"\0")
+            digest.update(path.read_bytes() + b"\0")
+        _SOURCE_DIGEST.append(digest.hexdigest())
+    return _SOURCE_DIGEST[0]
+
+
 def cache_entries(module: object, target: str, options: CompileOptions) -> dict[str, str | bytes]:
     from trnsim import __version__
     from trnsim.hw import registry
@@ -184,6 +201,7 @@ def cache_entries(module: object, target: str, options: CompileOptions) -> dict[
     spec = registry.get(target)
     return {"module": module_key_text(module), "options": _json_bytes(options.as_dict()),
             "target": _spec_json(spec), "trnsim_version": __version__, "jaxlib_version": _jaxlib_version(),
+            "trnsim_source": source_digest(),
             "compiler_version": COMPILER_VERSION, "format_version": str(FORMAT_VERSION)}
 
 
