@@ -77,8 +77,8 @@ def _check_step(program: trnsim.CompiledProgram, args: list[np.ndarray], step: i
     env = _values(program, args)
     verify(tilegen.kernel_program("trn3", recipe), registry.get("trn3"))
     kernel_args = [np.asarray(env[v.id]).astype(np.uint8 if v.type.dtype == "i1" else env[v.id].dtype).reshape(shape)
-                   for v, shape in zip(sources, tilegen._input_shapes(recipe), strict=True)]  # pyright: ignore[reportPrivateUsage]
-    result = trnsim.run_kernel(tilegen._kernel(), *kernel_args, recipe=recipe)  # pyright: ignore[reportPrivateUsage]
+                   for v, shape in zip(sources, tilegen.input_shapes(recipe), strict=True)]
+    result = trnsim.run_kernel(tilegen.kernel(), *kernel_args, recipe=recipe)
     for got, v in zip(result.outputs, outputs, strict=True):
         want = np.asarray(env[v.id]).astype(np.float64).reshape(-1)
         np.testing.assert_allclose(np.asarray(got, np.float64).reshape(-1)[:want.size], want, rtol=rtol, atol=rtol)
@@ -166,7 +166,7 @@ def test_a_vector_broadcast_along_the_rows_is_one_broadcast_load_and_computes_th
     assert step.kernel == "generated_elementwise"
     recipe = _recipe(program)
     assert recipe is not None and ("fp32", "vec") in recipe.inputs
-    result = trnsim.run_kernel(tilegen._kernel(), x, scale[None, :], recipe=recipe)  # pyright: ignore[reportPrivateUsage]
+    result = trnsim.run_kernel(tilegen.kernel(), x, scale[None, :], recipe=recipe)
     (expected,) = program.run(x, scale, timing=False)
     np.testing.assert_allclose(result.outputs[0], expected, rtol=2e-5, atol=1e-6)
 
@@ -185,7 +185,7 @@ def test_last_axis_reductions_use_the_row_layout_and_compute_the_group(name: str
     recipe = _recipe(program)
     assert recipe is not None and recipe.cols == 96 and any(s[0] == "reduce" for s in recipe.steps)
     verify(tilegen.kernel_program("trn3", recipe), registry.get("trn3"))
-    result = trnsim.run_kernel(tilegen._kernel(), x, recipe=recipe)  # pyright: ignore[reportPrivateUsage]
+    result = trnsim.run_kernel(tilegen.kernel(), x, recipe=recipe)
     (expected,) = program.run(x, timing=False)
     np.testing.assert_allclose(result.outputs[0].reshape(expected.shape), expected, rtol=2e-5, atol=1e-6)
 
@@ -198,17 +198,19 @@ def test_generated_kernel_verifies_and_computes_the_group_on_the_simulator() -> 
     recipe = _recipe(program)
     assert recipe is not None
     verify(tilegen.kernel_program("trn3", recipe), registry.get("trn3"))
-    kernel = tilegen._kernel()  # pyright: ignore[reportPrivateUsage]
+    kernel = tilegen.kernel()
     result = trnsim.run_kernel(kernel, x, y, recipe=recipe)
     (expected,) = program.run(x, y, timing=False)
     np.testing.assert_allclose(result.outputs[0].reshape(expected.shape), expected, rtol=1e-5, atol=1e-6)
 
 
 def test_large_groups_are_timed_on_a_sample_and_scaled_linearly() -> None:
+    from trnsim.compiler.tilegen.timing import MAX_TIMED_BLOCKS
+
     steps = (("alu", "mul", (("in", 0), ("imm", 2.0)), "fp32"),)
     per_block = tilegen.PARTITIONS * tilegen.TILE_COLS
-    small = tilegen.Recipe(tilegen.MAX_TIMED_BLOCKS * per_block, (("fp32", "full"),), steps, ((("tmp", 0), "fp32"),))
-    big = tilegen.Recipe(4 * tilegen.MAX_TIMED_BLOCKS * per_block, (("fp32", "full"),), steps,
+    small = tilegen.Recipe(MAX_TIMED_BLOCKS * per_block, (("fp32", "full"),), steps, ((("tmp", 0), "fp32"),))
+    big = tilegen.Recipe(4 * MAX_TIMED_BLOCKS * per_block, (("fp32", "full"),), steps,
                          ((("tmp", 0), "fp32"),))
     t_small, t_big = tilegen.fused_time("trn3", small), tilegen.fused_time("trn3", big)
     assert t_big.seconds == 4 * t_small.seconds

@@ -1,0 +1,42 @@
+"""Generated tile code for fused elementwise and reduction steps, timed by the instruction-level model.
+
+A fused group whose ops all have a NeuronCore instruction (ALU ops on VectorE, activation functions on
+ScalarE, casts, compares, selects, iotas) becomes a kernel in the kernel language. The iteration space is
+the group's largest tensor, laid out either *flat* (``[128 partitions, N / 128]`` in column tiles of up to
+``TILE_COLS``, for pure elementwise groups) or in *rows* (``[N / cols, cols]`` in tiles of 128 rows, whole
+rows in the free dimension, for groups that reduce or broadcast). Each tile is loaded, every op applied in
+SBUF (scalar constants as instruction immediates, ``tensor_scalar``) and the group's outputs stored —
+intermediates never leave SBUF. The kernel is traced once per *recipe* (op sequence, sizes, dtypes) and
+timed in timing-only mode; the compiler uses that time for the step.
+
+Values that are not the iteration space's size are *materialised* where they are broadcast into it:
+
+- a scalar (computed, or a scalar input) is a ``[rows, 1]`` column, the per-partition scalar of
+  ``tensor_scalar``; a value per row (a last-axis ``tensor_reduce``) is such a column too;
+- a tensor broadcast along the leading axes (a bias ``[C]``, a position table ``[T, C]`` over the batch) is
+  loaded once as a ``[128, cols]`` tile (``128 / T`` DMAs) when its period divides a tile, else per tile;
+- an ``iota`` is GpSimd's ``iota`` of the flat element index, turned into the index along its axis by
+  ``mod`` / ``sub`` / ``div`` (exact integers in fp32 below 2**24), and a compare/select of it a mask:
+  causal and one-hot masks;
+- a constant operand of ``select`` is a constant tile (``memset``).
+
+Steps whose operands are all block-invariant (constants, broadcast tables, masks whose period divides a
+tile) run once before the tile loop (phase ``pre``). Reductions over the *leading* axes (bias and
+norm-scale gradients ``[B·T, C] → [C]``, the mean of a loss) accumulate on TensorE: each row tile
+``x[rows, C]`` is the moving operand of a matmul against a 0/1 selection matrix ``S[rows, P]`` (a ones
+column when everything reduces to ``P = 1``), ``acc[P, C] += S.T @ x`` in PSUM across all tiles; the
+result and the ops that follow it (phase ``post``) run once after the loop. Groups that fit none of this
+(reductions over middle axes, max over the leading axes, quantization) keep the analytic cost of
+``costs.fused_cost``.
+"""
+
+from __future__ import annotations
+
+from trnsim.compiler.tilegen.build import lowered, recipe_for
+from trnsim.compiler.tilegen.emit import kernel
+from trnsim.compiler.tilegen.onehot import index_recipe
+from trnsim.compiler.tilegen.recipe import PARTITIONS, TILE_COLS, Recipe, Ref, Step, input_shapes, output_shapes
+from trnsim.compiler.tilegen.timing import TileTime, clear_memo, fused_time, kernel_program
+
+__all__ = ["PARTITIONS", "TILE_COLS", "Recipe", "Ref", "Step", "TileTime", "clear_memo", "fused_time", "index_recipe",
+           "input_shapes", "kernel", "kernel_program", "lowered", "output_shapes", "recipe_for"]

@@ -1,0 +1,447 @@
+"""The recipe builder: what a fused group becomes. Values get refs in the iteration space as they are
+needed, broadcasts materialise their operands where they are used, reductions run along rows (VectorE) or
+over the leading axes (TensorE); a group that fits none of it has no recipe (package docstring)."""
+
+from __future__ import annotations
+
+from math import prod
+from typing import Any
+
+from trnsim.compiler.tilegen.recipe import (
+    ACT,
+    ALU,
+    BITWISE,
+    CMP,
+    DSL_DTYPE,
+    EXACT_INDEX,
+    IDENTITY,
+    MAX_INPUTS,
+    MAX_LEAD_COLS,
+    MAX_ROW,
+    PARTITIONS,
+    REDUCE,
+    Recipe,
+    Ref,
+    Step,
+)
+from trnsim.ir.graph import Node, Value
+
+
+def _nonunit(shape: tuple[int, ...]) -> list[int]:
+    return [i for i, d in enumerate(shape) if d != 1]
+
+
+def _unit_reduce(node: Node) -> bool:
+    """A reduce over axes of size 1 only: a view when its init is the combiner's identity."""
+    from trnsim.ir.semantics.reduce import simple_combiner
+
+    if node.op != "reduce" or len(node.inputs) != 2:
+        return False
+    x = node.inputs[0].type
+    op = simple_combiner(node.regions[0])
+    init = _immediate(node.inputs[1])
+    return all(x.shape[d] == 1 for d in node.attrs["dimensions"]) and op in IDENTITY and init is not None and \
+        init[1] == IDENTITY[op]
+
+
+def _immediate(v: Value) -> Ref | None:
+    """A scalar constant (the planner leaves those out of a step's inputs: they are immediates)."""
+    producer = v.producer
+    if v.type.size == 1 and producer is not None and producer.op == "constant":
+        return ("imm", float(producer.attrs["value"].reshape(-1)[0]))
+    return None
+
+
+def _layout(nodes: list[Node], n: int) -> tuple[int, tuple[int, ...]] | None:
+    """``(cols, shape)`` of the iteration space: cols 0 for the flat layout; None if neither fits."""
+    full = [v for nd in nodes for v in (*nd.inputs, *nd.outputs) if v.type.size == n and v.type.rank]
+    if not full:
+        return None
+    rows_needed = False
+    for node in nodes:
+        if node.op == "reduce" and not _unit_reduce(node):
+            x = node.inputs[0].type
+            rows_needed |= tuple(node.attrs["dimensions"]) != tuple(range(x.rank)) or x.size != n
+        elif node.op == "broadcast_in_dim" and node.inputs[0].type.size not in (1, node.out.type.size):
+            rows_needed = True
+    if not rows_needed:
+        return (0, full[0].type.shape) if n >= PARTITIONS and n % PARTITIONS == 0 else None
+    shape = next((nd.inputs[0].type.shape for nd in nodes if nd.op == "reduce" and nd.inputs[0].type.size == n),
+                 full[0].type.shape)
+    cols = shape[-1]
+    if cols > MAX_ROW or any(v.type.shape[-1] != cols for v in full):
+        return None                      # a reshape that moves the row boundary
+    return cols, shape
+
+
+class _Builder:
+    """Builds a recipe from a group: values get refs as they are needed, broadcasts materialise their
+    operands into the iteration space (module docstring)."""
+
+    def __init__(self, nodes: list[Node], external: list[Value], n: int, cols: int, shape: tuple[int, ...]) -> None:
+        self.nodes, self.n, self.cols, self.shape = nodes, n, cols, shape
+        self.rows = n // cols if cols else PARTITIONS
+        self.external = {v.id for v in external}
+        self.produced = {v.id: nd for nd in nodes for v in nd.outputs}
+        self.refs: dict[int, Ref] = {}                  # eager values: their ref in the iteration space
+        self.kinds: dict[Ref, str] = {}                 # imm | full | vec | col | sc | red
+        self.red_shape: dict[Ref, tuple[int, int]] = {}
+        self.inputs: list[tuple[str, str]] = []
+        self.sources: list[Value] = []                  # the group's value behind each input
+        self.input_shapes: list[tuple[int, int]] = []
+        self.steps: list[Step] = []
+        self.phases: list[str] = []
+        self.memo: dict[tuple[Any, ...], Ref | None] = {}
+
+    # ---- refs ------------------------------------------------------------------------------------------
+    def kind(self, ref: Ref) -> str:
+        return "imm" if ref[0] == "imm" else self.kinds[ref]
+
+    def push(self, step: Step, kind: str, phase: str | None = None) -> Ref:
+        self.steps.append(step)
+        self.phases.append(phase or {"vec": "pre", "red": "post"}.get(kind, "block"))
+        ref: Ref = ("tmp", len(self.steps) - 1)
+        self.kinds[ref] = kind
+        return ref
+
+    def load(self, v: Value, kind: str, shape: tuple[int, int], ref_kind: str) -> Ref | None:
+        key = ("load", v.id, kind, shape)
+        if key in self.memo:
+            return self.memo[key]
+        if v.type.dtype not in DSL_DTYPE or len(self.inputs) >= MAX_INPUTS:
+            return None
+        ref: Ref = ("in", len(self.inputs))
+        self.inputs.append((DSL_DTYPE[v.type.dtype], kind))
+        self.sources.append(v)
+        self.input_shapes.append(shape)
+        self.kinds[ref] = ref_kind
+        self.memo[key] = ref
+        return ref
+
+    def const(self, value: float, dtype: str) -> Ref:
+        key = ("const", value, dtype)
+        ref = self.memo.get(key)
+        if ref is None:
+            ref = self.memo[key] = self.push(("const", "", (("imm", value),), dtype), "vec")
+        return ref
+
+    # ---- materialising values into the iteration space ---------------------------------------------
+    def row_dims(self, v: Value) -> tuple[int | None, ...] | None:
+        """How a value per row (its shape, unit axes aside, the leading axes of the space) maps into it."""
+        lead = _nonunit(self.shape[:-1])
+        mine = _nonunit(v.type.shape)
+        if not self.cols or [v.type.shape[i] for i in mine] != [self.shape[i] for i in lead]:
+            return None
+        dims: list[int | None] = [None] * v.type.rank
+        for i, j in zip(mine, lead, strict=True):
+            dims[i] = j
+        return tuple(dims)
+
+    def value(self, v: Value, target: tuple[int, ...], dims: tuple[int | None, ...]) -> Ref | None:
+        """``v`` broadcast into ``target`` (``dims[i]``: the target axis of ``v``'s axis ``i``, None for a
+        unit axis): an immediate, a tile of the space, a column, or None."""
+        imm = _immediate(v)
+        if imm is not None:
+            return imm
+        if all(d is None for d in dims):
+            target = ()                  # a scalar broadcast: the same column whatever the target
+        key = ("value", v.id, target, dims)
+        if key not in self.memo:
+            self.memo[key] = self._value(v, target, dims)
+        return self.memo[key]
+
+    def _value(self, v: Value, target: tuple[int, ...], dims: tuple[int | None, ...]) -> Ref | None:
+        mapped = [(d, v.type.shape[i]) for i, d in enumerate(dims) if d is not None and v.type.shape[i] != 1]
+        axes = [d for d, _ in mapped]
+        size = prod(s for _, s in mapped)
+        in_order = axes == sorted(axes) and len(set(axes)) == len(axes)
+        r = len(target)
+        eager = self.refs.get(v.id)
+        if eager is not None:
+            k = self.kind(eager)
+            if k in ("imm", "sc"):
+                return eager
+            if k in ("full", "vec") and in_order and size == self.n:
+                return eager
+            if k == "col" and in_order and size == self.rows and (not axes or axes[-1] < r - 1):
+                return eager
+            return None
+        if v.id in self.external:
+            return self._external(v, target, mapped, in_order, size)
+        node = self.produced.get(v.id)
+        if node is None or len(node.outputs) != 1:
+            return None
+        if node.op == "iota":
+            return self._iota(node, target, dims)
+        if node.op == "broadcast_in_dim":
+            bd = node.attrs["broadcast_dimensions"]
+            u = node.inputs[0]
+            return self.value(u, target, tuple(None if u.type.shape[i] == 1 else dims[b] for i, b in enumerate(bd)))
+        if node.op == "reshape" or (node.op == "reduce" and _unit_reduce(node)):
+            u = node.inputs[0]
+            if u.type.size == self.n and dims == tuple(range(v.type.rank)) and \
+                    (not self.cols or u.type.shape[-1] == v.type.shape[-1]):
+                return self.value(u, u.type.shape, tuple(range(u.type.rank)))   # same element order
+            if [u.type.shape[i] for i in _nonunit(u.type.shape)] != [v.type.shape[i] for i in _nonunit(v.type.shape)]:
+                return None
+            sub: list[int | None] = [None] * u.type.rank
+            for i, j in zip(_nonunit(u.type.shape), _nonunit(v.type.shape), strict=True):
+                sub[i] = dims[j]
+            return self.value(u, target, tuple(sub))
+        operands: list[Ref] = []
+        for u in node.inputs:
+            ref = self.value(u, target, dims if u.type.rank == v.type.rank else (None,) * u.type.rank)
+            if ref is None:
+                return None
+            operands.append(ref)
+        return self.apply(node, tuple(operands))
+
+    def _external(self, v: Value, target: tuple[int, ...], mapped: list[tuple[int, int]], in_order: bool,
+                  size: int) -> Ref | None:
+        r = len(target)
+        if size == 1:
+            return self.load(v, "scalar", (1, 1), "sc")
+        if not in_order:
+            return None
+        axes = [d for d, _ in mapped]
+        if size == self.n:
+            return self.load(v, "full", (self.rows, self.cols or self.n // PARTITIONS), "full")
+        if not self.cols:
+            return None
+        if axes and axes[-1] == r - 1:
+            # a table along the trailing axes, repeated down the leading ones: period P rows
+            k = axes[0]
+            if axes != list(range(k, r)) or prod(target[k:]) != size:
+                return None
+            period = size // self.cols
+            if period == 1:
+                return self.load(v, "vec", (1, self.cols), "vec")
+            invariant = PARTITIONS % period == 0
+            return self.load(v, "per", (period, self.cols), "vec" if invariant else "full")
+        if size == self.rows and prod(target[:-1]) == self.rows:
+            return self.load(v, "row", (self.rows, 1), "col")
+        return None
+
+    def _iota(self, node: Node, target: tuple[int, ...], dims: tuple[int | None, ...]) -> Ref | None:
+        axis = dims[node.attrs["iota_dimension"]]
+        dtype = DSL_DTYPE.get(node.out.type.dtype)
+        if axis is None:
+            return ("imm", 0.0)
+        if dtype is None or self.n >= EXACT_INDEX:
+            return None
+        stride = prod(target[axis + 1:])
+        period = stride * target[axis]
+        invariant = self.cols > 0 and ((PARTITIONS * self.cols) % period == 0 or self.rows <= PARTITIONS)
+        return self.push(("iota", "", (("imm", float(stride)), ("imm", float(target[axis]))), dtype),
+                         "vec" if invariant else "full")
+
+    # ---- ops -------------------------------------------------------------------------------------------
+    def apply(self, node: Node, operands: tuple[Ref, ...]) -> Ref | None:
+        """The step computing elementwise ``node`` on ``operands`` (or an alias), or None."""
+        out_t = node.out.type
+        if out_t.dtype not in DSL_DTYPE:
+            return None
+        dt = DSL_DTYPE[out_t.dtype]
+        kinds = [self.kind(o) for o in operands]
+        tiles = {k for k in kinds if k != "imm"}
+        if kinds[0] == "red" and node.op in ("convert", "reshape", "broadcast_in_dim", "reduce") and \
+                node.inputs[0].type.size != out_t.size:
+            return None                  # a leading-axis result broadcast back: it is ready only after the loop
+        if node.op == "convert":
+            if kinds[0] == "imm" or node.inputs[0].type.dtype == out_t.dtype:
+                return operands[0]
+            ref = self.push(("copy", "copy", operands, dt), kinds[0])
+            if kinds[0] == "red":
+                self.red_shape[ref] = self.red_shape[operands[0]]
+            return ref
+        if node.op in ("reshape", "broadcast_in_dim") or (node.op == "reduce" and _unit_reduce(node)):
+            return operands[0]
+        if not tiles:
+            return None
+        if "red" in tiles:
+            shapes = {self.red_shape[o] for o in operands if o[0] != "imm"}
+            if tiles != {"red"} or len(shapes) != 1 or node.op == "select":
+                return None
+            result = "red"
+        elif "full" in tiles or ("vec" in tiles and tiles & {"col", "sc"}):
+            result = "full"
+        elif "vec" in tiles:
+            result = "vec"
+        else:
+            result = "col" if "col" in tiles else "sc"
+        if node.op in ALU:
+            step: Step = ("alu", ALU[node.op], operands, dt)
+        elif node.op in BITWISE and out_t.dtype in ("i1", "i32"):
+            step = ("alu", BITWISE[node.op], operands, dt)
+        elif node.op in ACT:
+            step = ("act", ACT[node.op], operands, dt)
+        elif node.op == "compare" and node.attrs.get("compare_type", "FLOAT") in ("FLOAT", "TOTALORDER", "SIGNED"):
+            step = ("alu", CMP[node.attrs["comparison_direction"]], operands, dt)
+        elif node.op == "select":
+            if kinds[0] == "imm" or (any(k in ("col", "sc") for k in kinds) and result in ("full", "vec")):
+                return None
+            if result in ("col", "sc") and "imm" in kinds:
+                return None
+            picked = tuple(self.const(o[1], dt) if o[0] == "imm" else o for o in operands[1:])
+            step = ("select", "select", (operands[0], *picked), dt)
+        elif node.op == "clamp" and kinds[1] != "imm":
+            lo = self.push(("alu", "max", (operands[1], operands[0]), dt), result)
+            if result == "red":
+                self.red_shape[lo] = self.red_shape[operands[1]]
+            step = ("alu", "min", (lo, operands[2]), dt)
+        else:
+            return None
+        if sum(k in ("col", "sc") for k in kinds) and result in ("full", "vec") and step[0] == "alu" and \
+                len([k for k in kinds if k in ("full", "vec")]) != 1:
+            return None                  # tensor_scalar: one tile and one column (or immediate)
+        ref = self.push(step, result)
+        if result == "red":
+            self.red_shape[ref] = next(self.red_shape[o] for o in operands if o[0] != "imm")
+        return ref
+
+    def reduce(self, node: Node) -> Ref | None:
+        """A reduction: along the last axis on VectorE (a column), over leading axes on TensorE (``lead``)."""
+        from trnsim.ir.semantics.reduce import simple_combiner
+
+        x = node.inputs[0]
+        op = simple_combiner(node.regions[0])
+        init = _immediate(node.inputs[1])
+        if op not in REDUCE or init is None or init[1] != IDENTITY[op] or node.out.type.dtype not in DSL_DTYPE:
+            return None
+        dt = DSL_DTYPE[node.out.type.dtype]
+        dims = set(node.attrs["dimensions"])
+        r = x.type.rank
+        if x.type.size == self.n:
+            src = self.value(x, x.type.shape, tuple(range(r)))
+            if src is None or self.kind(src) != "full":
+                return None
+            last = (r - 1) in dims or not self.cols
+            if last:
+                src = self.push(("reduce", REDUCE[op], (src,), dt if dims == {r - 1} else "fp32"), "col")
+                if dims == {r - 1}:
+                    return src
+            lead = sorted(dims - {r - 1})
+            k = (lead[-1] + 1) if lead else 0
+            if not self.cols and len(dims) != r:
+                return None
+            if any(i not in dims and x.type.shape[i] != 1 for i in range(k)):
+                return None              # a reduction over middle axes
+            period, width = prod(x.type.shape[k:r - 1]) if self.cols else 1, 1 if last else self.cols
+        else:
+            rd = self.row_dims(x)
+            src = self.value(x, self.shape, rd) if rd is not None else None
+            if src is None or self.kind(src) != "col" or any(x.type.shape[i] != 1 for i in range(r) if i not in dims):
+                return None
+            period, width = 1, 1
+        if op != "add" or period > PARTITIONS or width > MAX_LEAD_COLS or node.out.type.size != period * width or \
+                DSL_DTYPE.get(x.type.dtype) not in ("fp32", "bf16", "fp16"):
+            return None
+        # NOTE: the leading-axis sum runs on TensorE, as a kernel author would write it: nc_matmul with a 0/1
+        # stationary accumulates ``S.T @ x`` into PSUM across all row tiles for free (neuron.md §2.3
+        # ``accumulate``), on an engine an elementwise kernel leaves idle, reading the row tiles already in
+        # SBUF. GpSimd's tensor_partition_reduce runs at 128 elements/cycle (§1.4), a quarter of VectorE's
+        # bf16 rate, on the engine that also builds masks; a transposed-view load (dma_transpose, §2.3) would
+        # bring the data in a second time when the group also works along rows (a norm's backward does
+        # both). fp32 operands cost TensorE 4× (§1.4: 20 vs 79 TFLOPS), still one pass per tile.
+        ref = self.push(("lead", "add", (src, ("imm", float(period))), dt), "red", "block")
+        self.red_shape[ref] = (period, width)
+        return ref
+
+    def scalar(self, u: Value) -> Ref | None:
+        """A lazy value that is a broadcast (or reshape, convert) of a scalar: that scalar's ref."""
+        while u.type.size != 1:
+            p = self.produced.get(u.id)
+            if p is None or p.op not in ("broadcast_in_dim", "reshape", "convert") or u.id in self.refs:
+                return None
+            u = p.inputs[0]
+        return self.value(u, (), (None,) * u.type.rank)
+
+    def node(self, node: Node) -> bool:
+        """Give ``node``'s result a ref now if it is needed as a tile; False if the group cannot be lowered."""
+        v = node.out
+        if len(node.outputs) != 1:
+            return False
+        if node.op == "reduce" and not _unit_reduce(node):
+            ref = self.reduce(node)
+        elif any(self.kind(self.refs[u.id]) == "red" for u in node.inputs if u.id in self.refs):
+            operands = [self.refs.get(u.id) or self.scalar(u) for u in node.inputs]
+            if any(o is None for o in operands):
+                return False
+            ref = self.apply(node, tuple(o for o in operands if o is not None))
+        elif v.type.size == self.n:
+            ref = self.value(v, v.type.shape, tuple(range(v.type.rank)))
+        elif v.type.size == 1 and any(u.id in self.refs for u in node.inputs):
+            ref = self.value(v, self.shape, (None,) * v.type.rank)
+        elif any(u.id in self.refs and self.kind(self.refs[u.id]) == "col" for u in node.inputs):
+            rd = self.row_dims(v)
+            ref = self.value(v, self.shape, rd) if rd is not None else None
+        else:
+            return True                  # small: materialised where it is broadcast into the space
+        if ref is None:
+            return False
+        self.refs[v.id] = ref
+        return True
+
+    def store(self, v: Value) -> tuple[Ref, str, str, tuple[int, int]] | None:
+        """(ref, dtype, output kind, HBM shape) for an output of the group."""
+        if v.type.dtype not in DSL_DTYPE:
+            return None
+        dt = DSL_DTYPE[v.type.dtype]
+        ref = self.refs.get(v.id)
+        if ref is None:
+            if v.type.size == self.n:
+                ref = self.value(v, v.type.shape, tuple(range(v.type.rank)))
+            elif v.type.size == 1:
+                ref = self.value(v, self.shape, (None,) * v.type.rank)
+            elif (rd := self.row_dims(v)) is not None:
+                ref = self.value(v, self.shape, rd)
+            else:
+                ref = self.scalar(v)
+        if ref is None or ref[0] == "imm":
+            return None
+        k = self.kind(ref)
+        width = self.cols or self.n // PARTITIONS
+        if v.type.size == self.n and k in ("col", "sc"):
+            # a broadcast column stored whole: added to a zero tile, one tensor_scalar per tile
+            ref = self.push(("alu", "add", (self.const(0.0, dt), ref), dt), "full")
+            k = "full"
+        if v.type.size == self.n and k in ("full", "vec"):
+            return ref, dt, "full", (self.rows, width)
+        if k == "col" and self.cols and v.type.size == self.rows:
+            return ref, dt, "row", (self.rows, 1)
+        if k == "sc" and v.type.size <= min(PARTITIONS, self.rows):
+            return ref, dt, "sc", (v.type.size, 1)
+        if k == "red" and v.type.size == prod(self.red_shape[ref]):
+            return ref, dt, "red", self.red_shape[ref]
+        return None
+
+
+def recipe_for(nodes: list[Node], external: list[Value], outputs: list[Value]) -> Recipe | None:
+    """The recipe of a fused group, or None when it does not have the generated form."""
+    built = lowered(nodes, external, outputs)
+    return None if built is None else built[0]
+
+
+def lowered(nodes: list[Node], external: list[Value], outputs: list[Value]) -> tuple[Recipe, list[Value]] | None:
+    """The recipe of a fused group and the value each kernel input holds (row-major, reshaped to the
+    input's 2-D shape), or None."""
+    if not nodes or not outputs:
+        return None
+    n = max(v.type.size for nd in nodes for v in (*nd.inputs, *nd.outputs))
+    layout = _layout(nodes, n)
+    if layout is None:
+        return None
+    cols, shape = layout
+    if cols and n % cols:
+        return None
+    b = _Builder(nodes, external, n, cols, shape)
+    for node in nodes:
+        if not b.node(node):
+            return None
+    stores = [b.store(v) for v in outputs]
+    if any(s is None for s in stores) or not b.steps or not b.inputs:
+        return None                      # (a group that reads nothing, an iota alone: a fill)
+    done = [s for s in stores if s is not None]
+    recipe = Recipe(n, tuple(b.inputs), tuple(b.steps), tuple((s[0], s[1]) for s in done), cols,
+                    tuple(s[2] for s in done), tuple(b.phases), tuple(b.input_shapes), tuple(s[3] for s in done))
+    return recipe, b.sources

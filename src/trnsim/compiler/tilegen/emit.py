@@ -1,0 +1,244 @@
+"""The kernel emitter: one kernel in the kernel language, parameterised by its ``Recipe``, that loads the
+iteration space tile by tile (software-pipelined), applies the recipe's steps in SBUF, accumulates
+leading-axis sums on TensorE and stores the outputs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from trnsim.compiler.tilegen.recipe import (
+    PARTITIONS,
+    PREFETCH,
+    PSUM_COLS,
+    QUEUES,
+    TILE_COLS,
+    Recipe,
+    Ref,
+    input_shapes,
+    output_shapes,
+    space,
+)
+
+_KERNEL: list[Any] = []
+
+
+def kernel() -> Any:
+    """The generated-kernel function (made once: its traces are cached per recipe)."""
+    if not _KERNEL:
+        _KERNEL.append(_kernel())
+    return _KERNEL[0]
+
+
+def forget_traces() -> None:
+    for k in _KERNEL:
+        k._cache.clear()
+
+
+
+def _kernel() -> Any:
+    from trnsim import dsl
+    from trnsim.dsl import Tensor
+
+    @dsl.kernel
+    def fused_elementwise(a0: Tensor, a1: Tensor | None = None, a2: Tensor | None = None,
+                          a3: Tensor | None = None, a4: Tensor | None = None, a5: Tensor | None = None,
+                          a6: Tensor | None = None, a7: Tensor | None = None, a8: Tensor | None = None,
+                          a9: Tensor | None = None, a10: Tensor | None = None, a11: Tensor | None = None, *,
+                          recipe: Recipe) -> tuple[Tensor, ...]:
+        """The group's ops over tiles of its inputs (module docstring and ``Recipe``)."""
+        ins = [a for a in (a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11) if a is not None]
+        row_layout = recipe.cols > 0
+        rows, cols = space(recipe)
+        lanes = min(PARTITIONS, rows)                    # partitions of a full tile
+        width = cols if row_layout else min(TILE_COLS, cols)
+        phases = recipe.phases or ("block",) * len(recipe.steps)
+        kinds = recipe.output_kinds or ("full",) * len(recipe.outputs)
+        outs = [dsl.hbm_tensor(shape, dt, name=f"out{i}")
+                for i, ((_, dt), shape) in enumerate(zip(recipe.outputs, output_shapes(recipe), strict=True))]
+        shapes = input_shapes(recipe)
+        # loaded once: computed scalars as [128, 1] columns; tables repeated down the rows as [lanes, cols]
+        columns: dict[int, Tensor] = {}
+        for i, (x, (dt, kind)) in enumerate(zip(ins, recipe.inputs, strict=True)):
+            if kind == "scalar":
+                columns[i] = dsl.load(x[0:1, 0:1].broadcast_to((PARTITIONS, 1)))
+            elif kind == "vec":
+                columns[i] = dsl.load(x[0:1, :].broadcast_to((PARTITIONS, cols)))
+            elif kind == "per" and PARTITIONS % shapes[i][0] == 0:
+                period = shapes[i][0]
+                tile = dsl.sbuf((lanes, cols), dt)
+                for r0 in range(0, lanes, period):
+                    dsl.load(tile[r0:r0 + period], x[0:period, :], queue=(r0 // period) % QUEUES)
+                columns[i] = tile
+        pre: dict[int, Tensor] = {}
+        post: dict[int, Tensor] = {}
+        selections: dict[tuple[int, str], Tensor] = {}
+        accumulators: dict[int, list[Tensor]] = {}
+
+        def selection(period: int, dt: str, base: int, k: int) -> Tensor:
+            """``S[p, j] = ((base + p) mod period == j)``: which leading-axis result row each tile row adds to."""
+            if period == 1:
+                return dsl.full((k, 1), 1.0, dt)
+            index = dsl.iota((k, period), "int32", base=base, channel_multiplier=1, steps=[-1])
+            phase = dsl.binary("mod", index, float(period), dtype="fp32")
+            return dsl.binary("eq", phase, 0.0, dtype=dt)
+
+        for index, (kind, op, operands, dt) in enumerate(recipe.steps):
+            if kind == "lead":
+                accumulators[index] = []
+            if phases[index] != "pre":
+                continue
+            args = [pre[r[1]] if r[0] == "tmp" else columns[r[1]] if r[0] == "in" else r[1] for r in operands]
+            pre[index] = _compute(dsl, kind, op, args, dt, (lanes, width), 0, cols, recipe.elements)
+        blocks = [(r0, min(PARTITIONS, rows - r0)) for r0 in range(0, rows, PARTITIONS)] if row_layout else \
+            [(c0, min(TILE_COLS, cols - c0)) for c0 in range(0, cols, TILE_COLS)]
+        queue = 0
+
+        def part(x: Tensor, b0: int, bw: int) -> Tensor:
+            return x[b0:b0 + bw, :] if row_layout else x[:, b0:b0 + bw]
+
+        def cut(t: Tensor, bw: int) -> Tensor:
+            """A tile made once (before the loop), as this block sees it."""
+            if row_layout:
+                return t[:bw]
+            return t if t.shape[1] == 1 else t[:, :bw]
+
+        def load_block(b0: int, bw: int) -> list[Tensor | None]:
+            nonlocal queue
+            tiles: list[Tensor | None] = []
+            for i, (x, (dt, kind)) in enumerate(zip(ins, recipe.inputs, strict=True)):
+                if i in columns:
+                    tiles.append(None)
+                elif kind == "per":                      # a table whose period does not divide a tile
+                    period = shapes[i][0]
+                    tile = dsl.sbuf((bw, cols), dt)
+                    r = 0
+                    while r < bw:
+                        src = (b0 + r) % period
+                        run = min(bw - r, period - src)
+                        dsl.load(tile[r:r + run], x[src:src + run, :], queue=queue % QUEUES)
+                        queue += 1
+                        r += run
+                    tiles.append(tile)
+                else:
+                    tiles.append(dsl.load(part(x, b0, bw), queue=queue % QUEUES))
+                    queue += 1
+            return tiles
+
+        # step index → block intermediates read there for the last time (never the ones the group stores)
+        stored = {r[1] for r, _ in recipe.outputs if r[0] == "tmp"}
+        last: dict[int, int] = {}
+        for index, (_, _, operands, _) in enumerate(recipe.steps):
+            for r in operands:
+                if r[0] == "tmp" and phases[r[1]] == "block" and phases[index] == "block":
+                    last[r[1]] = index
+        last_read: dict[int, list[int]] = {}
+        for j, index in last.items():
+            if j not in stored and recipe.steps[j][0] != "lead":
+                last_read.setdefault(index, []).append(j)
+
+        # NOTE: software pipelining: DMAs issue in program order, so block i+PREFETCH's loads are emitted
+        # before block i's stores (which wait for its compute), keeping the queues busy
+        loaded = [load_block(*b) for b in blocks[:PREFETCH]]
+        for i, (b0, bw) in enumerate(blocks):
+            if i + PREFETCH < len(blocks):
+                loaded.append(load_block(*blocks[i + PREFETCH]))
+            tiles = loaded[i]
+            tmps: dict[int, Tensor] = {}
+
+            def get(ref: Ref, tiles: list[Tensor | None] = tiles, tmps: dict[int, Tensor] = tmps,
+                    bw: int = bw) -> Any:
+                kind, value = ref
+                if kind == "in":
+                    t = tiles[value]
+                    return cut(columns[value], bw) if t is None else t
+                if kind == "tmp":
+                    return cut(pre[value], bw) if phases[value] == "pre" else tmps[value]
+                return value
+
+            for index, (kind, op, operands, dt) in enumerate(recipe.steps):
+                if phases[index] != "block":
+                    continue
+                args = [get(r) for r in operands]
+                if kind == "lead":
+                    x: Tensor = args[0]
+                    period = int(operands[1][1])
+                    k = x.shape[0]
+                    key = (period, x.dtype)
+                    if PARTITIONS % period == 0:
+                        if key not in selections:
+                            selections[key] = selection(period, x.dtype, 0, PARTITIONS)
+                        s = selections[key][:k]
+                    else:
+                        s = selection(period, x.dtype, b0, k)
+                    acc = accumulators[index]
+                    for c, c0 in enumerate(range(0, x.shape[1], PSUM_COLS)):
+                        c1 = min(x.shape[1], c0 + PSUM_COLS)
+                        if len(acc) <= c:
+                            acc.append(dsl.psum((period, c1 - c0)))
+                        dsl.matmul(acc[c], s, x[:, c0:c1], accumulate=i > 0)
+                    continue
+                shape = (bw, width) if row_layout else (PARTITIONS, bw)
+                tmps[index] = _compute(dsl, kind, op, args, dt, shape, b0 * cols if row_layout else b0, cols,
+                                       recipe.elements)
+                # free the intermediates this step read for the last time: the working set stays small
+                dead = [tmps.pop(j) for j in last_read.get(index, ()) if j in tmps]
+                if dead:
+                    dsl.release(*dead)
+            for out, (ref, _), k in zip(outs, recipe.outputs, kinds, strict=True):
+                if k in ("full", "row"):
+                    dsl.store(part(out, b0, bw), get(ref), queue=queue % QUEUES)
+                    queue += 1
+                elif k == "sc" and i == 0:
+                    dsl.store(out, get(ref)[0:out.shape[0]], queue=queue % QUEUES)
+                    queue += 1
+            dsl.release(*(t for t in tiles if t is not None), *tmps.values())
+            loaded[i] = []
+        # after the loop: leading-axis results leave PSUM, and the ops that read them run once
+        for index, (kind, op, operands, dt) in enumerate(recipe.steps):
+            if kind == "lead":
+                acc = accumulators[index]
+                period = int(operands[1][1])
+                total = sum(a.shape[1] for a in acc)
+                result = dsl.sbuf((period, total), dt)
+                for c, a in enumerate(acc):
+                    dsl.copy(a, out=result[:, c * PSUM_COLS:c * PSUM_COLS + a.shape[1]])
+                post[index] = result
+            elif phases[index] == "post":
+                args = [post[r[1]] if r[0] == "tmp" else r[1] for r in operands]
+                post[index] = _compute(dsl, kind, op, args, dt, (1, 1), 0, cols, recipe.elements)
+        for out, (ref, _), k in zip(outs, recipe.outputs, kinds, strict=True):
+            if k == "red":
+                dsl.store(out, post[ref[1]], queue=queue % QUEUES)
+                queue += 1
+        return tuple(outs)
+
+    return fused_elementwise
+
+
+def _compute(dsl: Any, kind: str, op: str, args: list[Any], dt: str, shape: tuple[int, int], base: int,
+             multiplier: int, elements: int) -> Any:
+    """One step on tiles. Constants and iotas are made as ``shape``; an iota's flat element index at
+    partition ``p``, position ``j`` is ``base + multiplier * p + j``."""
+    if kind == "alu":
+        return dsl.binary(op, args[0], args[1], dtype=dt)
+    if kind == "act":
+        return dsl.activation(op, args[0], dtype=dt)
+    if kind == "copy":
+        return dsl.copy(args[0], dtype=dt)
+    if kind == "reduce":
+        return dsl.reduce(op, args[0], axis=-1, dtype=dt)
+    if kind == "select":
+        return dsl.where(args[0], args[1], args[2], dtype=dt)
+    if kind == "const":
+        return dsl.full(shape, args[0], dt)
+    assert kind == "iota", kind
+    # the index along one axis from the flat element index e: (e mod (stride * size)) div stride
+    stride, size = int(args[0]), int(args[1])
+    index = dsl.iota(shape, "int32", base=base, channel_multiplier=multiplier, steps=[1])
+    if stride * size < elements:
+        index = dsl.binary("mod", index, float(stride * size), dtype="int32")
+    if stride > 1:
+        low = dsl.binary("mod", index, float(stride), dtype="int32")
+        index = dsl.binary("sub", index, low, dtype="int32")
+        return dsl.binary("div", index, float(stride), dtype=dt)
+    return index if dt == "int32" else dsl.copy(index, dtype=dt)

@@ -1,0 +1,82 @@
+"""What a generated tile kernel computes: the ``Recipe``, the tables that map StableHLO ops to NeuronCore
+instructions, and the iteration space's shapes in HBM (the package docstring describes the layouts)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+PARTITIONS = 128
+TILE_COLS = 512           # 2 KiB of fp32 per partition per tile: efficient DMA (neuron.md §1.2), many in flight
+PREFETCH = 4             # blocks loaded ahead of the one being computed
+QUEUES = 16              # DMA queues per core (trn3 preset); loads and stores are spread over them
+MAX_INPUTS = 12
+PSUM_COLS = 512          # fp32 per partition in one PSUM bank: one matmul's moving free size (neuron.md §2.2 TC#2)
+MAX_LEAD_COLS = 2048     # a leading-axis reduction accumulates in at most 4 of the 8 PSUM banks
+EXACT_INDEX = 1 << 24    # iota arithmetic runs in fp32: element indices are exact below this
+
+# StableHLO op → ("alu", ISA ALU op) or ("act", ISA activation function)
+ALU: dict[str, str] = {"add": "add", "subtract": "sub", "multiply": "mul", "divide": "div", "maximum": "max",
+                       "minimum": "min", "power": "pow"}
+BITWISE: dict[str, str] = {"and": "and", "or": "or", "xor": "xor"}   # on i1 (uint8 masks) and integers
+ACT: dict[str, str] = {"exponential": "exp", "log": "log", "tanh": "tanh", "logistic": "sigmoid", "sqrt": "sqrt",
+                       "rsqrt": "rsqrt", "abs": "abs", "negate": "neg"}
+CMP: dict[str, str] = {"EQ": "eq", "NE": "ne", "GT": "gt", "GE": "ge", "LT": "lt", "LE": "le"}
+# i1 masks are 0/1 bytes; integers compute exactly through VectorE's fp32 below 2**24
+DSL_DTYPE: dict[str, str] = {"f32": "fp32", "bf16": "bf16", "f16": "fp16", "i1": "uint8", "i32": "int32"}
+REDUCE: dict[str, str] = {"add": "add", "maximum": "max", "minimum": "min"}
+IDENTITY: dict[str, float] = {"add": 0.0, "multiply": 1.0, "maximum": float("-inf"), "minimum": float("inf"),
+                              "and": 1.0, "or": 0.0}
+MAX_ROW = 4096            # the row layout keeps whole rows in a tile: at most 16 KiB of fp32 per partition
+
+Ref = tuple[str, Any]          # ("in", index) | ("tmp", index) | ("imm", float)
+Step = tuple[str, str, tuple[Ref, ...], str]    # (kind, op, operands, DSL out dtype)
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """What a generated kernel computes: hashable, so traced kernels and their times are cached.
+
+    ``cols == 0``: the flat layout, ``[128, N / 128]`` in column tiles. ``cols > 0``: the row layout,
+    ``[N / cols, cols]`` in tiles of 128 rows. Input kinds: ``full`` (a tile per block), ``row`` (a
+    ``[rows, 1]`` column per block), ``scalar`` (one ``[128, 1]`` column), ``vec`` / ``per`` (a ``[1, cols]`` /
+    ``[P, cols]`` table repeated down the rows). Step kinds: ``alu``, ``act``, ``copy``, ``select``,
+    ``reduce`` (free axis), ``const`` (a memset tile), ``iota`` (operands: the axis's stride and size in
+    elements), ``lead`` (operands: the value and ``P``; the ``[P, W]`` leading-axis sum, on TensorE).
+    ``phases`` says when each step runs: ``pre`` (once, before the tile loop), ``block``, ``post`` (once,
+    after it). Output kinds: ``full``, ``row``, ``sc`` (a scalar, or a vector of one repeated scalar, from a
+    column), ``red`` (a leading-axis result)."""
+
+    elements: int
+    inputs: tuple[tuple[str, str], ...]                         # (DSL dtype, kind)
+    steps: tuple[Step, ...]
+    outputs: tuple[tuple[Ref, str], ...]                        # (what to store, DSL dtype)
+    cols: int = 0
+    output_kinds: tuple[str, ...] = ()
+    phases: tuple[str, ...] = ()                                # per step; () = all "block"
+    input_shapes: tuple[tuple[int, int], ...] = ()              # HBM shapes; () = from the kinds
+    output_shapes: tuple[tuple[int, int], ...] = ()
+
+
+def space(recipe: Recipe) -> tuple[int, int]:
+    """(rows, cols) of the iteration space in HBM: the row layout's rows, or the flat ``[128, N / 128]``."""
+    if recipe.cols:
+        return recipe.elements // recipe.cols, recipe.cols
+    return PARTITIONS, recipe.elements // PARTITIONS
+
+
+def input_shapes(recipe: Recipe) -> tuple[tuple[int, int], ...]:
+    if recipe.input_shapes:
+        return recipe.input_shapes
+    rows, cols = space(recipe)
+    shapes = {"full": (rows, cols), "row": (rows, 1), "scalar": (1, 1), "vec": (1, cols)}
+    return tuple(shapes[kind] for _, kind in recipe.inputs)
+
+
+def output_shapes(recipe: Recipe) -> tuple[tuple[int, int], ...]:
+    if recipe.output_shapes:
+        return recipe.output_shapes
+    rows, cols = space(recipe)
+    kinds = recipe.output_kinds or ("full",) * len(recipe.outputs)
+    return tuple((rows, cols if k == "full" else 1) for k in kinds)
+
