@@ -14,6 +14,7 @@ the batch members have different right-hand sides. Results are cached per shape 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -42,6 +43,18 @@ def engine_counts(profile: Any) -> dict[str, int]:
 
 def scale_counts(counts: dict[str, int], factor: float) -> dict[str, int]:
     return {e: round(n * factor) for e, n in counts.items()}
+
+
+def linear_fit(xa: float, xb: float, x: float) -> Callable[[float, float], float]:
+    """Extrapolation from two samples of a kernel that streams through its work: ``fit(ya, yb)`` is the
+    value at size ``x`` of the line through ``(xa, ya)`` and ``(xb, yb)`` (the difference gives the cost per
+    unit, the rest is the fixed part: pipeline fill and drain, work done once before or after the loop),
+    never less than the larger sample's ``yb``."""
+
+    def fit(ya: float, yb: float) -> float:
+        return max(yb, ya + (yb - ya) / (xb - xa) * (x - xa))
+
+    return fit
 
 
 def _kt_kernel() -> object:
@@ -86,12 +99,7 @@ def matmul_time(target: str, m: int, k: int, n: int, dtype: str, sparsity: str |
         # two samples fix the fixed part (pipeline fill and drain) and the cost per output element
         a = _best(target, SAMPLE_ROWS, k, sn, dtype, sparsity, out_dtype)
         b = _best(target, 2 * SAMPLE_ROWS, k, sn, dtype, sparsity, out_dtype)
-        area_a, area_b, area = SAMPLE_ROWS * sn, 2 * SAMPLE_ROWS * sn, m * n
-
-        def fit(ya: float, yb: float) -> float:
-            slope = (yb - ya) / (area_b - area_a)
-            return max(yb, ya + slope * (area - area_a))
-
+        fit = linear_fit(SAMPLE_ROWS * sn, 2 * SAMPLE_ROWS * sn, m * n)
         busy = {e: fit(a.busy.get(e, 0.0), t) for e, t in b.busy.items()}
         counts = {e: round(fit(a.by_engine.get(e, 0), n)) for e, n in b.by_engine.items()}
         return KernelTime(fit(a.seconds, b.seconds), busy, round(fit(a.hbm_bytes, b.hbm_bytes)),
