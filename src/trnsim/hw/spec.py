@@ -160,6 +160,14 @@ class TopologySpec:
 
 
 @dataclass(frozen=True)
+class HostSpec:
+    """The chip's link to its host CPU and memory: what the compiler's HBM planner spills over."""
+
+    link: str = field(metadata=doc("link generation (PCIe Gen5 x16, ...)"))
+    bandwidth: float = field(metadata=doc("chip to host memory, one direction", dim="bytes/s"))
+
+
+@dataclass(frozen=True)
 class PowerSpec:
     """Board power; ``None`` where no source gives it."""
 
@@ -192,6 +200,7 @@ class ChipSpec:
     peak: PeakSpec | None = field(default=None, metadata=doc("datasheet peaks (non-NeuronCore chips)"))
     topology: TopologySpec = field(metadata=doc("topology"))
     links: tuple[LinkSpec, ...] = field(metadata=doc("interconnect"))
+    host: HostSpec | None = field(default=None, metadata=doc("link to host memory (spills)"))
     power: PowerSpec = field(default_factory=PowerSpec, metadata=doc("power"))
     documented: tuple[DocumentedPeak, ...] = field(default=(), metadata=doc("published peaks to check"))
 
