@@ -4,7 +4,9 @@ the same memory after a fault, in functional and functional+timing runs."""
 
 from __future__ import annotations
 
+import pickle
 from collections.abc import Iterator
+from dataclasses import fields, replace
 from typing import Any
 
 import numpy as np
@@ -15,7 +17,8 @@ from hypothesis import strategies as st
 import trnsim
 from trnsim import dsl, kernels
 from trnsim.errors import SimError
-from trnsim.isa import Matmul, tile
+from trnsim.isa import DmaCopy, Matmul, ProgramBuilder, tile
+from trnsim.isa.ap import AccessPattern, transposed
 from trnsim.isa.elementwise import Memset, TensorCopy
 from trnsim.isa.program import Program
 from trnsim.sim import fastpath
@@ -224,3 +227,40 @@ def test_operand_cache_sees_writes_to_overlapping_bytes_of_another_dtype() -> No
     cleared = v.copy()
     cleared[:, 2:6] = 0
     assert np.array_equal(runs[0]["o"], s.T @ v + s.T @ cleared)
+
+
+# ---------------------------------------------------------------- DMA copies (``Context.copy_raw``)
+def test_dma_copies_fast_equals_plain_bit_for_bit() -> None:
+    """A transposing load (blocked by ``fastpath.copy_view``, ragged last block), overlapping SBUF → SBUF
+    copies both ways (the source must be read before the destination is written) and a reshaping store, on
+    fp32 codes of every kind (NaN payloads included)."""
+    codes = np.random.default_rng(6).integers(0, 2**32, (200, 128), dtype=np.uint64).astype(np.uint32)
+    b = ProgramBuilder()
+    x = b.tensor("x", (200, 128), "fp32", "input")
+    y = b.tensor("y", (128, 200), "fp32", "output")
+    z = b.tensor("z", (64, 400), "fp32", "output")
+    t = tile("sbuf", "fp32", (128, 200), offset=64)
+    b.emit("sync", DmaCopy(t, transposed(x.ap())),
+           DmaCopy(tile("sbuf", "fp32", (128, 150), offset=64 + 12), tile("sbuf", "fp32", (128, 150), offset=64)),
+           DmaCopy(tile("sbuf", "fp32", (128, 100), offset=64), tile("sbuf", "fp32", (128, 100), offset=64 + 40)),
+           DmaCopy(y.ap(), t), DmaCopy(z.ap(), t))
+    program = b.build()
+    runs = both(program, {"x": codes.view(np.float32)})
+    assert_same(runs)
+    want = codes.T.copy()
+    want[:, 3:153] = want[:, 0:150].copy()
+    want[:, 0:100] = want[:, 10:110].copy()
+    assert np.array_equal(runs[0]["y"].view(np.uint32), want)
+    assert np.array_equal(runs[0]["z"].view(np.uint32), want.reshape(64, 400))
+
+
+# ---------------------------------------------------------------- access patterns' cached values
+def test_access_pattern_caches_are_per_pattern_and_not_pickled() -> None:
+    a = tile("sbuf", "bf16", (128, 64), offset=256)
+    same = AccessPattern("sbuf", "bf16", 0, 128, ((1, 64),), 256)
+    assert (hash(a), a.byte_span(), a.size, a.shape) == (hash(same), (256, 384), 128 * 64, (128, 64))
+    moved = replace(a, offset=512)
+    assert moved.byte_span() == (512, 640) and moved != a and a.byte_span() == (256, 384)
+    assert set(a.__getstate__()) == {f.name for f in fields(AccessPattern)}  # no hash carried across processes
+    copy = pickle.loads(pickle.dumps(a))
+    assert copy == a and hash(copy) == hash(a) and {a: 1}[copy] == 1

@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
+from functools import cached_property
 from typing import Literal, cast
 
 import numpy as np
@@ -37,7 +38,11 @@ MAX_FREE_DIMS = 4
 
 @dataclass(frozen=True)
 class AccessPattern:
-    """A strided view of one memory; see the module docstring for the address formula."""
+    """A strided view of one memory; see the module docstring for the address formula.
+
+    NOTE: the simulator asks every pattern for its hash, size and byte span on each access, so those are
+    computed once per pattern (``cached_property`` stores them beside the fields; equality, ``replace`` and
+    the text form see only the fields)."""
 
     memory: Memory
     dtype: str
@@ -48,20 +53,32 @@ class AccessPattern:
     partition_stride: int = 0  # HBM only: elements between consecutive rows
     tensor: str | None = None  # HBM only: the declared tensor this AP is relative to
 
-    @property
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __getstate__(self) -> dict[str, object]:
+        """The fields only: cached values (the hash of strings included) belong to one process."""
+        return {f: getattr(self, f) for f in FIELDS}
+
+    @cached_property
+    def _hash(self) -> int:
+        return hash((self.memory, self.dtype, self.partition_start, self.partitions, self.free, self.offset,
+                     self.partition_stride, self.tensor))
+
+    @cached_property
     def shape(self) -> tuple[int, ...]:
         return (self.partitions, *(count for _, count in self.free))
 
-    @property
+    @cached_property
     def itemsize(self) -> int:
         return get_dtype(self.dtype).itemsize
 
-    @property
+    @cached_property
     def free_size(self) -> int:
         """Elements per partition."""
-        return math.prod(count for _, count in self.free)  # NOTE: not np.prod: this runs per operand check
+        return math.prod(count for _, count in self.free)
 
-    @property
+    @cached_property
     def size(self) -> int:
         return self.partitions * self.free_size
 
@@ -84,6 +101,10 @@ class AccessPattern:
 
     def byte_span(self) -> tuple[int, int]:
         """[lo, hi) bytes touched: within each partition on chip; from the tensor base in HBM."""
+        return self._byte_span
+
+    @cached_property
+    def _byte_span(self) -> tuple[int, int]:
         lo, hi = self.free_extent()
         if not self.on_chip:
             rows = (self.partition_start * self.partition_stride,
@@ -97,6 +118,9 @@ class AccessPattern:
 
     def __str__(self) -> str:
         return format_ap(self)
+
+
+FIELDS = tuple(f.name for f in fields(AccessPattern))
 
 
 def tile(

@@ -17,7 +17,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from trnsim.isa.ap import AccessPattern
-from trnsim.sim.fastpath import DeferredMatmuls, OperandCache, well_formed
+from trnsim.sim.fastpath import DeferredMatmuls, OperandCache, copy_view, well_formed
 from trnsim.sim.memory import RAW, DenseMemory, Fault, Memory, Region, SparseMemory
 from trnsim.sim.values import decode_raw, decode_raw32, encode_values
 
@@ -67,6 +67,10 @@ class Context:
 
     def read_raw(self, ap: AccessPattern) -> NDArray[Any]:
         """Element codes, shape ``ap.shape``."""
+        return self._readable(ap).astype(RAW[ap.itemsize])
+
+    def _readable(self, ap: AccessPattern) -> NDArray[Any]:
+        """``ap``'s codes as a view of memory, checked for a read (raises ``Fault``)."""
         mem, reg = self.region(ap)
         if self.strict_reads:
             unwritten = ~reg.written_view(ap).all(axis=-1)
@@ -74,7 +78,18 @@ class Context:
                 first = reg.address(tuple(int(i) for i in np.argwhere(unwritten)[0]))
                 raise Fault(f"read of never-written {mem.name} at {mem.describe(first)}",
                             "write (or DMA) the data before reading it, or run without strict_reads")
-        return reg.view(ap).astype(RAW[ap.itemsize])
+        return reg.view(ap)
+
+    def copy_raw(self, dst: AccessPattern, src: AccessPattern) -> None:
+        """``write_raw(dst, read_raw(src))``: codes copied bit for bit (the patterns have equal sizes). The fast
+        path copies view to view in one pass (``fastpath.copy_view``)."""
+        if self.operands is None:
+            self.write_raw(dst, self.read_raw(src))
+            return
+        raw = self._readable(src)
+        _, reg = self.region(dst)
+        copy_view(reg.view(dst), raw if raw.shape == dst.shape else raw.reshape(dst.shape))
+        self._mark_written(dst, reg)
 
     def read(self, ap: AccessPattern) -> NDArray[np.float64]:
         return decode_raw(self.read_raw(ap), ap.dtype)

@@ -44,7 +44,7 @@ def dma_copy(ctx: Context, ins: DmaCopy) -> None:
     if ins.dst.size != ins.src.size:
         raise Fault(f"dma_copy of {ins.src.size} elements into {ins.dst.size}", "match the two patterns' sizes")
     if ins.dst.dtype == ins.src.dtype:
-        ctx.write_raw(ins.dst, ctx.read_raw(ins.src))  # bit for bit: no decode, NaN payloads kept
+        ctx.copy_raw(ins.dst, ins.src)  # bit for bit: no decode, NaN payloads kept
     else:
         ctx.write(ins.dst, ctx.read(ins.src))
 
