@@ -250,3 +250,20 @@ def test_a_working_set_larger_than_sbuf_falls_back_to_the_analytic_cost() -> Non
     ctx = PassContext(registry.get("trn3"), CompileOptions())
     assert _generated("trn3", recipe, ctx) is None
     assert ctx.stats["sbuf_fallbacks"] == 1
+
+
+def test_a_broadcast_read_by_another_step_is_made_again_there_instead_of_stored() -> None:
+    def norm_then_scale(x, w):  # type: ignore[no-untyped-def]
+        r = jnp.broadcast_to(jax.lax.rsqrt(jnp.mean(x * x, axis=-1, keepdims=True)), x.shape)
+        return ((x * r) @ w) * r           # the matmul's epilogue reads the norm's broadcast column
+
+    rng = np.random.default_rng(0)
+    x, w = rng.standard_normal((256, 128)).astype(np.float32), rng.standard_normal((128, 128)).astype(np.float32)
+    program = _compile(norm_then_scale, x, w)
+    groups = {n.attrs["_group"] for n in program.graph.nodes
+              if n.op == "broadcast_in_dim" and n.out.type.shape == (256, 128)}
+    assert len(groups) == 2                # one in the norm's step, a copy in the matmul's
+    norm = next(s for s in program.plan.steps if s.kernel == "generated_elementwise")
+    assert norm.dma_bytes == x.nbytes + x.nbytes + 256 * 4      # x in; x * r and the rsqrt column out
+    (out,) = program.run(x, w, timing=False)
+    np.testing.assert_allclose(out, np.asarray(jax.jit(norm_then_scale)(x, w)), rtol=2e-4, atol=2e-4)

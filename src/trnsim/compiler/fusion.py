@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from trnsim.compiler.pipeline import PassContext
-from trnsim.ir.graph import Graph, Node
+from trnsim.ir.graph import Graph, Node, Value, free_values
 from trnsim.ir.rules import lookup
 from trnsim.ir.semantics.reduce import simple_combiner
 
@@ -145,8 +145,126 @@ def fuse(graph: Graph, ctx: PassContext) -> Graph:
         add(node, target)
     for vid in list(pending):
         place(vid, None)
+    rebroadcast = _rebroadcast(graph, {g.gid: g.kind for g in groups})
     for g in groups:
         for n in g.nodes:
             n.attrs["_kind"] = g.kind
-    ctx.stats.update(groups=len(groups), fused=sum(len(g.nodes) for g in groups if len(g.nodes) > 1))
+    ctx.stats.update(groups=len(groups), fused=sum(len(g.nodes) for g in groups if len(g.nodes) > 1),
+                     rebroadcast=rebroadcast)
     return graph
+
+
+MAX_REMAT = 8           # nodes of a constant-only chain (a causal mask from iotas) copied into a reading group
+
+
+def _rebroadcast(graph: Graph, kinds: dict[int, str]) -> int:
+    """Broadcasts read by other groups are made again there, from the small value, instead of being stored.
+
+    NOTE: a fused group exporting ``broadcast_in_dim(u)`` (rms-norm's ``rsqrt`` column, a bias row, a causal
+    mask) would materialise it and store a full-size tensor, then the reader loads it back. A broadcast is free
+    where it is used (the generated kernel reads ``u`` as a column or table, a matmul epilogue as an operand),
+    so each fused group or matmul epilogue that reads it gets its own copy of the node, reading ``u``; ``u``
+    itself is copied too when it is computed from constants and iotas alone (at most ``MAX_REMAT`` nodes),
+    else exported. The original goes when nothing reads it any more. Returns the number of broadcasts moved."""
+    readers: dict[int, list[Node]] = {}
+    for node in graph.nodes:
+        for v in _node_reads_all(node):
+            readers.setdefault(v.id, []).append(node)
+    results = {v.id for v in graph.results}
+    position = {id(n): i for i, n in enumerate(graph.nodes)}
+    dot_at = {n.attrs["_group"]: position[id(n)] for n in graph.nodes if n.op in _TENSOR_OPS}
+    inserts: dict[int, list[Node]] = {}          # position → nodes to insert before it
+    copied: set[int] = set()                     # ids of the originals: dropped once nothing reads them
+    moved = 0
+    for node in list(graph.nodes):
+        gid = node.attrs.get("_group", -1)
+        if node.op != "broadcast_in_dim" or gid < 0 or kinds[gid] != "fused" or node.out.id in results or \
+                node.inputs[0].type.size >= node.out.type.size:
+            continue
+        outside = [r for r in readers.get(node.out.id, []) if r.attrs.get("_group", -1) != gid]
+        if not outside or not all(_takes_broadcast(r, kinds, dot_at, position) and node.out in r.inputs
+                                  for r in outside):
+            continue
+        chain = _constant_chain(node.inputs[0], gid)
+        copied.update(id(n) for n in (*chain, node))
+        by_group: dict[int, list[Node]] = {}
+        for r in outside:
+            by_group.setdefault(r.attrs["_group"], []).append(r)
+        for target, rs in by_group.items():
+            copies: dict[int, Value] = {}
+            made: list[Node] = []
+            for original in (*chain, node):
+                copy = Node.make(original.op, [copies.get(v.id, v) for v in original.inputs],
+                                 [v.type for v in original.outputs],
+                                 {k: a for k, a in original.attrs.items() if k != "_group"}, loc=original.loc)
+                copy.attrs["_group"] = target
+                copies[original.out.id] = copy.out
+                made.append(copy)
+            first = min(position[id(r)] for r in rs)
+            inserts.setdefault(first, []).extend(made)
+            for r in rs:
+                r.inputs = [copies[node.out.id] if v is node.out else v for v in r.inputs]
+            readers[node.out.id] = [r for r in readers[node.out.id] if r not in rs]
+        moved += 1
+    if not moved:
+        return 0
+    nodes: list[Node] = []
+    for i, n in enumerate(graph.nodes):
+        nodes.extend(inserts.get(i, ()))
+        nodes.append(n)
+    graph.nodes = _without_dead(nodes, copied, results)
+    return moved
+
+
+def _node_reads_all(node: Node) -> list[Value]:
+    reads = list(node.inputs)
+    for region in node.regions:
+        reads += free_values(region)
+    return reads
+
+
+def _takes_broadcast(reader: Node, kinds: dict[int, str], dot_at: dict[int, int], position: dict[int, int]) -> bool:
+    """A reader that can make the broadcast itself: in a fused group, or a matmul's epilogue."""
+    gid = reader.attrs.get("_group", -1)
+    if gid < 0 or reader.regions:
+        return False
+    if kinds[gid] == "fused":
+        return True
+    return kinds[gid] == "matmul" and reader.op not in _TENSOR_OPS and position[id(reader)] > dot_at.get(gid, 1 << 62)
+
+
+def _constant_chain(v: Value, gid: int) -> list[Node]:
+    """The nodes of group ``gid`` computing ``v`` from constants, iotas and parameters alone (in order), or
+    [] when ``v`` depends on other values or takes more than ``MAX_REMAT`` nodes."""
+    chain: dict[int, Node] = {}
+
+    def visit(u: Value) -> bool:
+        p = u.producer
+        if p is None or p.op == "constant" or id(p) in chain:
+            return True
+        if p.attrs.get("_group") != gid or p.regions or len(p.outputs) != 1 or len(chain) >= MAX_REMAT or \
+                not (p.op in _VIEW or lookup(p.op, where=p.loc).kind == "elementwise"):
+            return False
+        if not all(visit(w) for w in p.inputs):
+            return False
+        chain[id(p)] = p
+        return True
+
+    return list(chain.values()) if visit(v) else []
+
+
+def _without_dead(nodes: list[Node], candidates: set[int], results: set[int]) -> list[Node]:
+    """``nodes`` less the ``candidates`` (ids of copied nodes) that lost their last reader."""
+    read: dict[int, int] = {}
+    for n in nodes:
+        for v in _node_reads_all(n):
+            read[v.id] = read.get(v.id, 0) + 1
+    kept: list[Node] = []
+    for n in reversed(nodes):
+        if id(n) in candidates and n.out.id not in results and not read.get(n.out.id):
+            for v in n.inputs:
+                read[v.id] -= 1
+            continue
+        kept.append(n)
+    kept.reverse()
+    return kept
