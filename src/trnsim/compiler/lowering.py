@@ -5,8 +5,10 @@
 in HBM, and the steps it waits for. ``while``/``case``/``if`` lower their regions into sub-plans, costed per
 trip (the profile multiplies by the trips a run takes). ``schedule`` places steps on the engines and DMA in
 order: a step starts when its inputs are ready and its engines are free, so independent steps on different
-engines overlap. ``allocate`` gives every value that crosses steps an HBM range by liveness (first fit) and
-rejects programs whose peak does not fit the chip's HBM.
+engines overlap. ``allocate`` gives every value that crosses steps an HBM range by liveness (first fit); when
+the peak exceeds the HBM limit, the memory planner (``trnsim.compiler.memory``) recomputes cheap values and
+spills others to host memory, adding ``recompute``/``spill``/``reload`` steps, and fails only when a single
+step's own inputs and outputs do not fit.
 """
 
 from __future__ import annotations
@@ -59,6 +61,15 @@ class Plan:
     hbm_peak: int = 0
     hbm_capacity: int = 0
     sbuf_peak: int = 0
+    remat_bytes: int = 0            # HBM bytes freed by recomputing values (kernel ``recompute`` steps)
+    spill_bytes: int = 0            # bytes written to host memory and read back (``spill``/``reload`` steps)
+
+    def memory_costs(self) -> dict[str, float]:
+        """Seconds of recompute and of host spills/reloads the memory plan added (step times, not overlap)."""
+        remat = sum(s.seconds for s in self.steps if s.kernel == "recompute")
+        spill = sum(s.seconds for s in self.steps if s.kernel in ("spill", "reload"))
+        return {"remat_bytes": self.remat_bytes, "remat_seconds": remat, "spill_bytes": self.spill_bytes,
+                "spill_seconds": spill}
 
     def instruction_counts(self) -> dict[str, int]:
         """Instructions per engine: those of the step's kernels (library, generated) as traced, estimated
@@ -85,6 +96,12 @@ class Plan:
     def describe(self) -> str:
         lines = [f"// plan for {self.target}: {len(self.steps)} steps, {self.total_seconds * 1e6:.1f} us, "
                  f"HBM peak {self.hbm_peak / 2**20:.2f} MiB, SBUF peak {self.sbuf_peak / 2**10:.0f} KiB"]
+        if self.remat_bytes or self.spill_bytes:
+            c = self.memory_costs()
+            lines.append(f"// memory plan: {self.remat_bytes / 2**20:.2f} MiB rematerialised "
+                         f"({c['remat_seconds'] * 1e6:.1f} us of recompute), {self.spill_bytes / 2**20:.2f} MiB "
+                         f"spilled to host ({c['spill_seconds'] * 1e6:.1f} us of spills and reloads) to fit "
+                         f"{self.hbm_capacity / 2**20:.2f} MiB")
         for s in self.steps:
             engines = ", ".join(f"{e} {t * 1e6:.2f}" for e, t in s.busy.items())
             lines.append(f"//  step {s.index:4d} {s.kernel:20s} [{s.start * 1e6:9.2f} .. {s.end * 1e6:9.2f}] us  "
@@ -94,14 +111,14 @@ class Plan:
 
     def to_json(self) -> dict[str, Any]:
         return {"target": self.target, "total_seconds": self.total_seconds, "hbm_peak": self.hbm_peak,
-                "hbm_capacity": self.hbm_capacity, "sbuf_peak": self.sbuf_peak,
-                "steps": [_step_json(s) for s in self.steps]}
+                "hbm_capacity": self.hbm_capacity, "sbuf_peak": self.sbuf_peak, "remat_bytes": self.remat_bytes,
+                "spill_bytes": self.spill_bytes, "steps": [_step_json(s) for s in self.steps]}
 
     @staticmethod
     def from_json(data: dict[str, Any]) -> Plan:
         steps = [_step_from(s) for s in data["steps"]]
         return Plan(data["target"], steps, data["total_seconds"], data["hbm_peak"], data["hbm_capacity"],
-                    data["sbuf_peak"])
+                    data["sbuf_peak"], data.get("remat_bytes", 0), data.get("spill_bytes", 0))
 
 
 def _step_json(s: Step) -> dict[str, Any]:
@@ -134,7 +151,7 @@ def plan_graph(graph: Graph, ctx: PassContext, machine: costs.Machine) -> Plan:
     producer_step: dict[int, int] = {}
     uses: dict[int, set[int]] = {}
     for node in graph.nodes:
-        for v in _reads(node):
+        for v in reads(node):
             uses.setdefault(v.id, set()).add(node.attrs.get("_group", -1))
     results = {v.id for v in graph.results}
     consts = {n.out.id: n for n in graph.nodes if n.op == "constant"}
@@ -145,7 +162,7 @@ def plan_graph(graph: Graph, ctx: PassContext, machine: costs.Machine) -> Plan:
         produced = {v.id for n in members for v in n.outputs}
         external: dict[int, Value] = {}
         for n in members:
-            for v in _reads(n):
+            for v in reads(n):
                 if v.id not in produced and v.id not in external:
                     c = consts.get(v.id)
                     if c is not None and v.type.size <= 1:
@@ -269,7 +286,7 @@ def _topological(groups: dict[int, list[Node]], graph: Graph) -> list[int]:
     needs: dict[int, set[int]] = {gid: set() for gid in groups}
     for gid, members in groups.items():
         for n in members:
-            for v in _reads(n):
+            for v in reads(n):
                 o = owner.get(v.id)
                 if o is not None and o != gid:
                     needs[gid].add(o)
@@ -299,7 +316,7 @@ def step_seconds(busy: dict[str, float], dma: float, latency: float) -> float:
     return (latency if dma > 0 else 0.0) + work
 
 
-def _reads(node: Node) -> list[Value]:
+def reads(node: Node) -> list[Value]:
     reads = list(node.inputs)
     for region in node.regions:
         reads.extend(free_values(region))
@@ -365,7 +382,7 @@ def allocate(graph: Graph, ctx: PassContext) -> Graph:
     for s in plan.steps:
         for pos in s.nodes:
             node = graph.nodes[pos]
-            for v in _reads(node):
+            for v in reads(node):
                 if (v.id in step_of and step_of[v.id] != s.index) or (v.id in birth and v.id not in step_of):
                     death[v.id] = max(death.get(v.id, 0.0), s.end)
             for v in node.outputs:
@@ -391,19 +408,44 @@ def allocate(graph: Graph, ctx: PassContext) -> Graph:
             offset = max(offset, o + n)
         live.append((offset, need, vid))
         peak = max(peak, offset + need)
+    limit = ctx.options.hbm_limit_bytes or ctx.spec.hbm_bytes
     plan.hbm_peak = peak
-    plan.hbm_capacity = ctx.spec.hbm_bytes
-    if peak > ctx.spec.hbm_bytes:
+    plan.hbm_capacity = limit
+    if peak > limit and ctx.options.hbm_overflow != "error":
+        _fit(graph, plan, limit, ctx)
+    elif peak > limit:
         biggest = sorted(((size[v], v) for v in crossing), reverse=True)[:3]
         raise CompileError(
-            f"the program needs {peak / 2**30:.1f} GiB of HBM at its peak; {ctx.spec.name} has "
-            f"{ctx.spec.hbm_bytes / 2**30:.0f} GiB (largest tensors: "
-            f"{', '.join(f'{n / 2**30:.2f} GiB' for n, _ in biggest)})",
-            where="allocate", hint="reduce the batch or sequence length, use auto_cast to narrow tensors, or "
-                                   "recompute activations (jax.checkpoint)")
-    ctx.stats.update(hbm_peak_mib=round(peak / 2**20, 3), sbuf_peak_kib=round(plan.sbuf_peak / 2**10, 1),
+            f"the program needs {_bytes(peak)} of HBM at its peak; the limit on {ctx.spec.name} is "
+            f"{_bytes(limit)} (largest tensors: {', '.join(_bytes(n) for n, _ in biggest)})",
+            where="allocate", hint="reduce the batch or sequence length, use auto_cast to narrow tensors, let the "
+                                   "compiler recompute and spill (hbm_overflow='remat+spill'), or recompute "
+                                   "activations (jax.checkpoint)")
+    ctx.stats.update(hbm_peak_mib=round(plan.hbm_peak / 2**20, 3), sbuf_peak_kib=round(plan.sbuf_peak / 2**10, 1),
                      spilled=sum(s.spilled for s in plan.steps))
+    if plan.remat_bytes or plan.spill_bytes:
+        ctx.stats.update({k: round(v / 2**20, 3) if k.endswith("bytes") else round(v * 1e6, 3)
+                          for k, v in plan.memory_costs().items()})
     return graph
 
 
-__all__ = ["Plan", "Step", "allocate", "lower", "plan_graph", "run_schedule", "schedule"]
+def _bytes(n: float) -> str:
+    from trnsim.hw import format_quantity
+
+    return format_quantity(n, "bytes", digits=3)
+
+
+def _fit(graph: Graph, plan: Plan, limit: int, ctx: PassContext) -> None:
+    """Recompute and spill until the plan's peak fits ``limit`` (``trnsim.compiler.memory``)."""
+    from trnsim.compiler.memory import plan_memory
+
+    core = ctx.spec.core
+    assert core is not None
+    host = ctx.spec.host
+    outcome = plan_memory(graph, plan, limit, spill_bandwidth=host.bandwidth if host is not None else None,
+                          latency=core.dma.latency, allow_spill=ctx.options.hbm_overflow == "remat+spill",
+                          target=ctx.spec.name)
+    plan.hbm_peak, plan.remat_bytes, plan.spill_bytes = outcome.peak, outcome.remat_bytes, outcome.spill_bytes
+
+
+__all__ = ["Plan", "Step", "allocate", "lower", "plan_graph", "reads", "run_schedule", "schedule"]

@@ -4,6 +4,8 @@ and MFU, HBM traffic, where the time goes, and a Chrome/Perfetto trace.
 The times come from the compiled plan (``trnsim.compiler.costs``), with control flow multiplied out by the
 trips the run actually took. MFU is the matmul FLOPs over the run time and the dense bf16 TensorE peak of
 one NeuronCore (``rows × cols × 2 × clock``, ``reference/neuron.md`` §3.5); ``peak_flops`` states it.
+``memory`` gives the bytes the HBM plan rematerialised and spilled and the seconds of their ``recompute``,
+``spill`` and ``reload`` steps (which also appear in ``steps`` and ``by_kernel``).
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ class ProgramProfile:
     flops: float
     hbm_bytes: float
     engine_busy: dict[str, float] = field(default_factory=dict[str, float])
+    memory: dict[str, float] = field(default_factory=dict[str, float])   # Plan.memory_costs(): remat and spills
 
     @property
     def mfu(self) -> float:
@@ -76,7 +79,7 @@ class ProgramProfile:
         return {"target": self.target, "total_seconds": self.total_seconds, "flops": self.flops,
                 "peak_flops": self.peak_flops, "mfu": self.mfu, "hbm_bytes": self.hbm_bytes,
                 "hbm_bandwidth": self.hbm_bandwidth, "engine_busy": self.engine_busy,
-                "utilisation": self.utilisation,
+                "utilisation": self.utilisation, "memory": self.memory,
                 "by_kernel": {k: {"steps": n, "seconds": t} for k, (n, t) in self.by_kernel().items()}}
 
     def to_chrome_trace(self) -> dict[str, Any]:
@@ -134,7 +137,7 @@ def build_profile(program: CompiledProgram, runs: dict[int, int] | None = None) 
     assert core is not None
     peak = core.tensor.flops("bf16")
     return ProgramProfile(plan.target, total, records, peak, sum(r.flops for r in records),
-                          sum(r.dma_bytes for r in records), busy)
+                          sum(r.dma_bytes for r in records), busy, plan.memory_costs())
 
 
 def _record(s: Step, duration: float, nodes: list[Any], runs: dict[int, int] | None) -> StepRecord:
