@@ -264,3 +264,26 @@ def test_access_pattern_caches_are_per_pattern_and_not_pickled() -> None:
     assert set(a.__getstate__()) == {f.name for f in fields(AccessPattern)}  # no hash carried across processes
     copy = pickle.loads(pickle.dumps(a))
     assert copy == a and hash(copy) == hash(a) and {a: 1}[copy] == 1
+
+
+# ---------------------------------------------------------------- scratch arena (``fastpath.Scratch``)
+@pytest.mark.parametrize("chunk,most", [(fastpath.SCRATCH_CHUNK, fastpath.SCRATCH_BYTES), (1 << 16, 1 << 18)])
+def test_runs_reusing_scratch_equal_plain(chunk: int, most: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Back-to-back runs (each reusing the chunks the last one returned, a fault between them) give the plain
+    results; with a tiny arena most arrays overflow it (and operands larger than a chunk bypass it)."""
+    monkeypatch.setattr(fastpath, "SCRATCH_CHUNK", chunk)
+    monkeypatch.setattr(fastpath, "SCRATCH_BYTES", most)
+    monkeypatch.setattr(fastpath, "_POOL", [])
+    rng = np.random.default_rng(7)
+    a, b = small_ints(rng, (256, 384)), small_ints(rng, (384, 1024))
+    want = a.astype(np.float64) @ b
+    s, v = small_ints(rng, (32, 16)), small_ints(rng, (32, 8))
+    faulty = tile_program([("tensor", Matmul(ACC, S, V)),
+                           ("tensor", Matmul(ACC, S, tile("sbuf", "bf16", (32, 8), offset=(1 << 18) - 8)))],
+                          {"s": S, "v": V}, {"o": ACC})
+    for _ in range(2):
+        assert np.array_equal(kernels.matmul(a, b, "bf16", out_dtype="fp32"), want)
+        fast, slow = psum_after(faulty, {"s": s, "v": v}, True), psum_after(faulty, {"s": s, "v": v}, False)
+        assert fast[0] == slow[0] and np.array_equal(fast[1], slow[1])
+        assert_same(both(random_matmuls.compile(a[:96, :N], ops=(("block", 0, 1, False, True, 3),),
+                                                dtypes=("bf16",)).program, {"x": a[:96, :N]}))

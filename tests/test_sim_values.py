@@ -61,3 +61,24 @@ def test_bf16_encoder_keeps_shape_and_reads_strided_input(monkeypatch: pytest.Mo
     assert fast.shape == x.shape and np.array_equal(fast, _general_bf16(np.ascontiguousarray(x), monkeypatch))
     without_nans = np.nan_to_num(x, nan=1.0)
     assert np.array_equal(values.encode_values(without_nans, "bf16"), _general_bf16(without_nans, monkeypatch))
+
+
+@pytest.mark.parametrize("inexact_from", [0, values.CHUNK - 1, values.CHUNK, 2 * values.CHUNK + 2, None])
+def test_bf16_encoder_exact_chunks_then_inexact(inexact_from: int | None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Values already exact in bf16 (shifted only) up to an inexact one, then the carry trick; NaNs and
+    infinities whose low bits are zero among the exact ones."""
+    codes = np.random.default_rng(8).integers(0, 2**16, 2 * values.CHUNK + 3, dtype=np.uint32)
+    codes[[1, values.CHUNK + 1]] = [0x7F80, 0xFF81]  # +inf, a signalling NaN: exact, so shifted only
+    x = (codes << 16).view(np.float32)
+    if inexact_from is not None:
+        x[inexact_from:] = _patterns()[: x.size - inexact_from]
+    assert np.array_equal(values.encode_values(x, "bf16"), _general_bf16(x, monkeypatch))
+
+
+@pytest.mark.parametrize("dtype,raw_type", [("bf16", np.uint16), ("fp16", np.uint16), ("fp32", np.uint32)])
+def test_decode_into_equals_decode_raw32_on_strided_views(dtype: str, raw_type: type) -> None:
+    raw = np.random.default_rng(9).integers(0, 2**32, (64, 300), dtype=np.uint64).astype(raw_type)[:, ::3]
+    out = np.empty(raw.shape, dtype=np.float32)
+    assert values.can_decode_into(dtype) and not values.can_decode_into("fp8_e4m3")
+    values.decode_into(raw, dtype, out)
+    assert np.array_equal(out.view(np.uint32), values.decode_raw32(raw, dtype).view(np.uint32))

@@ -17,9 +17,9 @@ import numpy as np
 from numpy.typing import NDArray
 
 from trnsim.isa.ap import AccessPattern
-from trnsim.sim.fastpath import DeferredMatmuls, OperandCache, copy_view, well_formed
+from trnsim.sim.fastpath import DeferredMatmuls, OperandCache, Scratch, copy_view, well_formed
 from trnsim.sim.memory import RAW, DenseMemory, Fault, Memory, Region, SparseMemory
-from trnsim.sim.values import decode_raw, decode_raw32, encode_values
+from trnsim.sim.values import can_decode_into, decode_into, decode_raw, decode_raw32, encode_values
 
 
 class Context:
@@ -44,8 +44,9 @@ class Context:
         self.rounding = rounding
         self.rng = rng
         self.bank_bytes = bank_bytes  # PSUM bank size: a matmul's output may not cross a bank
+        self.scratch = Scratch()
         self.operands = OperandCache() if fast_paths else None
-        self.deferred = DeferredMatmuls() if fast_paths else None
+        self.deferred = DeferredMatmuls(self.scratch) if fast_paths else None
 
     def region(self, ap: AccessPattern) -> tuple[Memory, Region]:
         """Bounds- and alignment-checked location of ``ap`` (raises ``Fault``). Pending matmuls into PSUM
@@ -103,8 +104,18 @@ class Context:
         moving tiles, a resident moving panel across row blocks). Read-only: SBUF operands may come from the
         ``OperandCache``."""
         if self.operands is not None and ap.memory == "sbuf":
-            return self.operands.get(ap, lambda: self.read32(ap))
+            return self.operands.get(ap, lambda: self._decode32(ap))
         return self.read32(ap)
+
+    def _decode32(self, ap: AccessPattern) -> NDArray[np.float32]:
+        """``read32(ap)``, widened straight from memory into scratch (``fastpath.Scratch``) for the dtypes
+        ``values.decode_into`` takes (the others as ``read32``)."""
+        if not can_decode_into(ap.dtype):
+            return self.read32(ap)
+        raw = self._readable(ap)
+        out = self.scratch.take((ap.partitions, ap.free_size))
+        decode_into(raw, ap.dtype, out.reshape(ap.shape))
+        return out
 
     def accumulate32(self, ap: AccessPattern, values: NDArray[np.float32], *, add: bool) -> None:
         """PSUM-style fp32 store, in place: ``dst = values`` or ``dst += values`` (one fp32 rounding per
@@ -150,9 +161,13 @@ class Context:
             self.operands.wrote(ap)
 
     def finish(self) -> None:
-        """Apply what is pending: memory then holds what the plain path leaves (call when a run ends)."""
+        """Apply what is pending: memory then holds what the plain path leaves (call when a run ends). The fast
+        paths' caches are emptied and their scratch returned to the pool."""
         if self.deferred is not None:
             self.deferred.flush_all()
+        if self.operands is not None:
+            self.operands.clear()
+        self.scratch.release()  # nothing refers to scratch any more
 
     def write(self, ap: AccessPattern, values: NDArray[Any]) -> None:
         """Round ``values`` (any shape with ``ap.size`` elements) to ``ap.dtype`` and store them."""

@@ -76,9 +76,9 @@ class Core:
 class Chip:
     """One chip's HBM and its NeuronCores (created on first use)."""
 
-    def __init__(self, index: int, spec: hw.ChipSpec) -> None:
-        self.index, self.spec = index, spec
-        self.hbm = SparseMemory(f"chip{index}.hbm", spec.hbm_bytes)
+    def __init__(self, index: int, spec: hw.ChipSpec, *, flags: bool = True) -> None:
+        self.index, self.spec, self.flags = index, spec, flags  # flags: memories keep written flags
+        self.hbm = SparseMemory(f"chip{index}.hbm", spec.hbm_bytes, flags=flags)
         self._cores: dict[int, Core] = {}
 
     def core(self, i: int) -> Core:
@@ -89,8 +89,10 @@ class Chip:
             raise SimError(f"core {i} does not exist", hint=f"{self.spec.name} has cores 0..{cores - 1}")
         if i not in self._cores:
             sb, ps = core_spec.sbuf, core_spec.psum
-            self._cores[i] = Core(DenseMemory(f"core{i}.sbuf", sb.partitions, sb.bytes_per_partition),
-                                  DenseMemory(f"core{i}.psum", ps.partitions, ps.banks * ps.bank_bytes))
+            self._cores[i] = Core(DenseMemory(f"core{i}.sbuf", sb.partitions, sb.bytes_per_partition,
+                                              flags=self.flags),
+                                  DenseMemory(f"core{i}.psum", ps.partitions, ps.banks * ps.bank_bytes,
+                                              flags=self.flags))
         return self._cores[i]
 
 
@@ -106,7 +108,7 @@ class Device:
             raise SimError(f"{target} has no NeuronCore to simulate", hint="use a Trainium preset, e.g. trn3")
         if chips < 1:
             raise SimError(f"chips={chips}", hint="a device has at least one chip")
-        self.chips = [Chip(i, self.spec) for i in range(chips)]
+        self.chips = [Chip(i, self.spec, flags=strict_reads) for i in range(chips)]  # the flags' one reader
         self._strict_reads = strict_reads
         self.fast_paths = fastpath.ENABLED if fast_paths is None else fast_paths
 
@@ -167,6 +169,8 @@ class Device:
         cores = target.core(core)
         layout = program.layout()
         tensors = {t.name: (layout[t.name], t.nbytes) for t in program.tensors}
+        if program.tensors:  # one segment for them all, not one per first touch merged later
+            target.hbm.reserve(0, max(base + nbytes for base, nbytes in tensors.values()))
         core_spec = self.spec.core
         assert core_spec is not None
         ctx = Context(target.hbm, cores.sbuf, cores.psum, tensors, strict_reads=self.strict_reads,
@@ -185,18 +189,21 @@ class Device:
         return RunResult(outputs, log, profile)
 
     @staticmethod
-    def _tensor_codes(mem: SparseMemory, decl: TensorDecl, base: int) -> tuple[NDArray[Any], NDArray[np.bool_]]:
-        """The tensor's element codes and per-byte written flags, as views of its HBM segment."""
+    def _tensor_codes(mem: SparseMemory, decl: TensorDecl,
+                      base: int) -> tuple[NDArray[Any], NDArray[np.bool_] | None]:
+        """The tensor's element codes and per-byte written flags (if kept), as views of its HBM segment."""
         seg = mem.reserve(base, base + decl.nbytes)
         lo = base - seg.base
         raw_type = RAW[get_dtype(decl.dtype).itemsize]
-        return seg.data[lo : lo + decl.nbytes].view(raw_type), seg.written[lo : lo + decl.nbytes]
+        written = None if seg.written is None else seg.written[lo : lo + decl.nbytes]
+        return seg.data[lo : lo + decl.nbytes].view(raw_type), written
 
     @classmethod
     def _store(cls, mem: SparseMemory, decl: TensorDecl, base: int, value: NDArray[Any], *, mark: bool) -> None:
         codes, written = cls._tensor_codes(mem, decl, base)
         codes[...] = encode_values(value.reshape(-1), decl.dtype)
         if mark:
+            assert written is not None
             written[...] = True
 
     @classmethod
@@ -233,13 +240,15 @@ def execute(program: Program, ctx: Context) -> tuple[Executed, ...]:
     count: Counter[str] = Counter()
     pc: dict[Engine, int] = dict.fromkeys(program.streams, 0)
     log: list[Executed] = []
+    streams = list(program.streams.items())
     while True:
-        for engine, stream in program.streams.items():
+        for engine, stream in streams:
             i = pc[engine]
             if i < len(stream) and all(count[s] >= n for s, n in stream[i].wait):
                 ins = stream[i]
                 run_instruction(ctx, engine, i, ins)
-                count.update(ins.signal)
+                for s in ins.signal:
+                    count[s] += 1
                 pc[engine] = i + 1
                 log.append(Executed(len(log), engine, i, ins))
                 break

@@ -18,12 +18,17 @@ NOTE: deferral changes the order of the fp32 additions within a group, which the
 (``reference/neuron.md`` §1.2 says only that accumulation is fp32): results are bit-exact with the plain
 path wherever the partial sums are exactly representable, and within the fp32 rounding of K terms otherwise.
 
+Both keep their arrays (decoded operands, concatenated contractions, products) in a ``Scratch`` arena that
+is returned to a process-wide pool (at most ``SCRATCH_BYTES``) when the run ends (``Context.finish``): a run of a
+large GEMM then reuses the last run's memory instead of faulting in ~60 MB of fresh 4 KiB pages.
+
 ``Device(fast_paths=False)`` runs the plain path; setting ``ENABLED = False`` makes that the default of every
 ``Device`` (the tests compare the two paths on random programs and on the kernels).
 """
 
 from __future__ import annotations
 
+import math
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -39,6 +44,9 @@ BUCKET = 4096  # bytes per partition of one bucket of the operand cache's index 
 CACHE_BYTES = 64 << 20  # decoded operands kept at most (the oldest dropped first)
 STACK_BYTES = 64 << 20  # concatenated contractions kept at most (the least recently used dropped first)
 
+SCRATCH_CHUNK = 8 << 20  # bytes per chunk of a run's scratch arena
+SCRATCH_BYTES = 96 << 20  # arena bytes per run at most (beyond it arrays are allocated as usual)
+
 Span = tuple[int, int, int, int]  # first partition, end partition, first byte, end byte
 Parts = list[NDArray[np.float32]]
 
@@ -51,6 +59,43 @@ def span(ap: AccessPattern) -> Span:
 
 def overlap(a: Span, b: Span) -> bool:
     return a[0] < b[1] and b[0] < a[1] and a[2] < b[3] and b[2] < a[3]
+
+
+_POOL: list[NDArray[np.uint8]] = []  # free chunks, process-wide (list.pop/append are atomic: threads may share it)
+
+
+class Scratch:
+    """fp32 arrays that live until ``release``, carved from chunks reused across runs.
+
+    Invariant: an array handed out is referenced only by the fast paths' own structures (cache entries,
+    pending groups, concatenations, products), which ``Context.finish`` empties before it calls ``release``;
+    a chunk is in at most one arena or in the pool."""
+
+    def __init__(self) -> None:
+        self._chunks: list[NDArray[np.uint8]] = []
+        self._used = SCRATCH_CHUNK  # bytes used of the last chunk (none yet: full)
+
+    def take(self, shape: tuple[int, ...]) -> NDArray[np.float32]:
+        """An uninitialised fp32 array of ``shape``."""
+        nbytes = 4 * math.prod(shape)
+        if nbytes > SCRATCH_CHUNK or (self._used + nbytes > SCRATCH_CHUNK
+                                      and len(self._chunks) * SCRATCH_CHUNK >= SCRATCH_BYTES):
+            return np.empty(shape, dtype=np.float32)
+        if self._used + nbytes > SCRATCH_CHUNK:
+            chunk = _POOL.pop() if _POOL else None
+            self._chunks.append(chunk if chunk is not None and chunk.size == SCRATCH_CHUNK
+                                else np.empty(SCRATCH_CHUNK, dtype=np.uint8))
+            self._used = 0
+        start = self._used
+        self._used += -(-nbytes // 64) * 64  # cache-line aligned
+        return self._chunks[-1][start : start + nbytes].view(np.float32).reshape(shape)
+
+    def release(self) -> None:
+        while self._chunks:
+            chunk = self._chunks.pop()
+            if len(_POOL) < SCRATCH_BYTES // SCRATCH_CHUNK and chunk.size == SCRATCH_CHUNK:
+                _POOL.append(chunk)
+        self._used = SCRATCH_CHUNK
 
 
 class OperandCache:
@@ -88,6 +133,11 @@ class OperandCache:
             for b in range(where[2] // BUCKET, (where[3] - 1) // BUCKET + 1):
                 for key in [k for k in self._buckets.get(b, ()) if overlap(self._entries[k][1], where)]:
                     self._drop(key)
+
+    def clear(self) -> None:
+        self._entries.clear()
+        self._buckets.clear()
+        self._bytes = 0
 
     def _drop(self, ap: AccessPattern) -> None:
         values, where = self._entries.pop(ap)
@@ -146,11 +196,13 @@ class DeferredMatmuls:
     allowed, so a flush also applies the *siblings* of the group, pending groups with the same moving (or
     stationary) operands, in the same product: ``[Sₐ | S_b | …]ᵀ @ V`` (or ``Sᵀ @ [Vₐ | V_b | …]``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, scratch: Scratch) -> None:
+        self.scratch = scratch
         self.groups: dict[AccessPattern, Group] = {}
         # ids of the parts, column by column → (the parts, kept alive; their block matrix)
         self._stacks: OrderedDict[tuple[tuple[int, ...], ...], tuple[Parts, NDArray[np.float32]]] = OrderedDict()
         self._stack_bytes = 0
+        self._out: NDArray[np.float32] | None = None  # the products' buffer (``_product``)
 
     def extend(self, ap: AccessPattern, s: NDArray[np.float32], v: NDArray[np.float32]) -> bool:
         """Add ``dst += sᵀ @ v`` to ``ap``'s pending group, if there is one of the same product shape."""
@@ -176,8 +228,12 @@ class DeferredMatmuls:
                     self._apply(g)
 
     def flush_all(self) -> None:
+        """Apply every pending group and forget the kept concatenations (their arrays are scratch)."""
         while self.groups:
             self._apply(next(iter(self.groups.values())))
+        self._stacks.clear()
+        self._stack_bytes = 0
+        self._out = None
 
     def _apply(self, g: Group) -> None:
         """Apply ``g`` and its siblings (removing them from the pending groups)."""
@@ -189,11 +245,11 @@ class DeferredMatmuls:
             del self.groups[h.dst]
         with np.errstate(all="ignore"):
             if along_m:  # [Sₐ | S_b | …]ᵀ @ V: row blocks of the product
-                product = self._stack([h.stationary for h in siblings]).T @ self._stack([g.moving])
+                product = self._product(self._stack([h.stationary for h in siblings]), self._stack([g.moving]))
                 ends = np.cumsum([h.stationary[0].shape[1] for h in siblings])
                 pieces = np.split(product, ends[:-1], axis=0)
             else:  # Sᵀ @ [Vₐ | V_b | …]: column blocks
-                product = self._stack([g.stationary]).T @ self._stack([h.moving for h in siblings])
+                product = self._product(self._stack([g.stationary]), self._stack([h.moving for h in siblings]))
                 ends = np.cumsum([h.moving[0].shape[1] for h in siblings])
                 pieces = np.split(product, ends[:-1], axis=1)
             for h, piece in zip(siblings, pieces, strict=True):
@@ -201,6 +257,13 @@ class DeferredMatmuls:
                     np.add(h.accumulator, piece.reshape(h.accumulator.shape), out=h.accumulator)
                 else:
                     h.accumulator[...] = piece.reshape(h.accumulator.shape)
+
+    def _product(self, s: NDArray[np.float32], v: NDArray[np.float32]) -> NDArray[np.float32]:
+        """``sᵀ @ v`` in one scratch buffer reused by every product (each is consumed before the next)."""
+        n = s.shape[1] * v.shape[1]
+        if self._out is None or self._out.size < n:
+            self._out = self.scratch.take((n,))
+        return np.matmul(s.T, v, out=self._out[:n].reshape(s.shape[1], v.shape[1]))
 
     def _stack(self, columns: list[list[NDArray[np.float32]]]) -> NDArray[np.float32]:
         """The block matrix whose column ``j`` is ``columns[j]`` concatenated along K (each column's parts
@@ -217,8 +280,7 @@ class DeferredMatmuls:
         if hit is not None:
             self._stacks.move_to_end(key)
             return hit[1]
-        stacked = np.empty((sum(p.shape[0] for p in columns[0]), sum(c[0].shape[1] for c in columns)),
-                           dtype=np.float32)
+        stacked = self.scratch.take((sum(p.shape[0] for p in columns[0]), sum(c[0].shape[1] for c in columns)))
         c0 = 0
         for column in columns:
             k0, width = 0, column[0].shape[1]

@@ -40,7 +40,7 @@ class Region:
     """Where an access lands: a contiguous buffer, the byte of element [0, 0, …] in it, byte strides."""
 
     data: NDArray[np.uint8]
-    written: NDArray[np.bool_]
+    written: NDArray[np.bool_] | None  # None: the memory keeps no flags (``flags=False``)
     start: int
     strides: tuple[int, ...]  # bytes, one per AP dimension (partition first)
     base: int = 0  # the memory address of data[0] (an HBM segment's base)
@@ -56,11 +56,13 @@ class Region:
 
     def written_view(self, ap: AccessPattern) -> NDArray[np.bool_]:
         """One flag per byte of every element, shape ``(*ap.shape, itemsize)``."""
+        assert self.written is not None, "only a memory created with flags=True has written flags"
         return np.ndarray((*ap.shape, ap.itemsize), dtype=np.bool_, buffer=self.written, offset=self.start,
                           strides=(*self.strides, 1))
 
     def mark_written(self, ap: AccessPattern) -> None:
         """Flag every byte of the AP's elements written (those of adjacent elements as one run)."""
+        assert self.written is not None, "only a memory created with flags=True has written flags"
         shape, strides = (*ap.shape, ap.itemsize), (*self.strides, 1)
         if strides[-2] == ap.itemsize:
             shape, strides = (*shape[:-2], shape[-2] * shape[-1]), (*strides[:-2], 1)
@@ -68,17 +70,18 @@ class Region:
 
 
 class DenseMemory:
-    """An on-chip SRAM of ``partitions`` rows of ``row_bytes``."""
+    """An on-chip SRAM of ``partitions`` rows of ``row_bytes``; ``flags``: keep per-byte written flags."""
 
-    def __init__(self, name: str, partitions: int, row_bytes: int) -> None:
-        self.name, self.partitions, self.row_bytes = name, partitions, row_bytes
+    def __init__(self, name: str, partitions: int, row_bytes: int, *, flags: bool = True) -> None:
+        self.name, self.partitions, self.row_bytes, self.flags = name, partitions, row_bytes, flags
         self._data: NDArray[np.uint8] | None = None
         self._written: NDArray[np.bool_] | None = None
 
-    def _arrays(self) -> tuple[NDArray[np.uint8], NDArray[np.bool_]]:
-        if self._data is None or self._written is None:
+    def _arrays(self) -> tuple[NDArray[np.uint8], NDArray[np.bool_] | None]:
+        if self._data is None:
             self._data = np.zeros(self.partitions * self.row_bytes, dtype=np.uint8)
-            self._written = np.zeros(self.partitions * self.row_bytes, dtype=np.bool_)
+            if self.flags:
+                self._written = np.zeros(self.partitions * self.row_bytes, dtype=np.bool_)
         return self._data, self._written
 
     def region(self, ap: AccessPattern) -> Region:
@@ -100,7 +103,7 @@ class DenseMemory:
 class Segment:
     base: int
     data: NDArray[np.uint8]
-    written: NDArray[np.bool_]
+    written: NDArray[np.bool_] | None
 
     @property
     def end(self) -> int:
@@ -108,10 +111,10 @@ class Segment:
 
 
 class SparseMemory:
-    """A large byte space (HBM) stored as lazily committed segments."""
+    """A large byte space (HBM) stored as lazily committed segments; ``flags``: keep per-byte written flags."""
 
-    def __init__(self, name: str, size: int) -> None:
-        self.name, self.size = name, size
+    def __init__(self, name: str, size: int, *, flags: bool = True) -> None:
+        self.name, self.size, self.flags = name, size, flags
         self._segments: list[Segment] = []  # sorted by base, disjoint
 
     def reserve(self, lo: int, hi: int) -> Segment:
@@ -124,10 +127,12 @@ class SparseMemory:
         overlapping = [s for s in self._segments if s.base < hi_a and s.end > lo_a]
         if overlapping:
             lo_a, hi_a = min(lo_a, overlapping[0].base), max(hi_a, overlapping[-1].end)
-        merged = Segment(lo_a, np.zeros(hi_a - lo_a, np.uint8), np.zeros(hi_a - lo_a, np.bool_))
+        merged = Segment(lo_a, np.zeros(hi_a - lo_a, np.uint8),
+                         np.zeros(hi_a - lo_a, np.bool_) if self.flags else None)
         for s in overlapping:
             merged.data[s.base - lo_a : s.end - lo_a] = s.data
-            merged.written[s.base - lo_a : s.end - lo_a] = s.written
+            if merged.written is not None and s.written is not None:
+                merged.written[s.base - lo_a : s.end - lo_a] = s.written
         self._segments = sorted([s for s in self._segments if s not in overlapping] + [merged],
                                 key=lambda s: s.base)
         return merged

@@ -59,6 +59,31 @@ def _fp32_to_fp32(raw: NDArray[Any]) -> NDArray[np.float32]:
 _DECODE32: dict[str, Any] = {"bf16": _bf16_to_fp32, "fp16": _fp16_to_fp32, "fp32": _fp32_to_fp32}
 
 
+def _bf16_into(raw: NDArray[Any], out: NDArray[np.float32]) -> None:
+    np.left_shift(raw, 16, out=out.view(np.uint32), dtype=np.uint32, casting="unsafe")
+
+
+def _fp16_into(raw: NDArray[Any], out: NDArray[np.float32]) -> None:
+    np.copyto(out, raw.view(np.float16))
+
+
+def _fp32_into(raw: NDArray[Any], out: NDArray[np.float32]) -> None:
+    np.copyto(out.view(np.uint32), raw)
+
+
+_DECODE_INTO: dict[str, Any] = {"bf16": _bf16_into, "fp16": _fp16_into, "fp32": _fp32_into}
+
+
+def can_decode_into(dtype: str) -> bool:
+    return dtype in _DECODE_INTO
+
+
+def decode_into(raw: NDArray[Any], dtype: str, out: NDArray[np.float32]) -> None:
+    """``out[...] = decode_raw32(raw, dtype)`` for a dtype ``can_decode_into`` takes, in one pass (``raw`` may
+    be a strided view of memory)."""
+    _DECODE_INTO[dtype](raw, out)
+
+
 def decode_raw32(raw: NDArray[Any], dtype: str) -> NDArray[np.float32]:
     """Values of codes as an engine reads them, in fp32 (exact for every float dtype; integers beyond
     2^24 round, as an fp32 datapath does)."""
@@ -72,14 +97,22 @@ CHUNK = 1 << 16  # elements per pass of the bf16 encoder: its temporary stays in
 def _bf16_codes(x: NDArray[Any]) -> NDArray[np.uint16]:
     """RNE to bf16 by the carry trick, ``(u + 0x7FFF + (u >> 16 & 1)) >> 16`` (overflow → inf), as codes; a
     NaN keeps its sign and top payload bits, made quiet if they would read as inf. Runs in cache-sized
-    chunks, and fixes NaN codes only when there are NaNs."""
+    chunks, and fixes NaN codes only when there are NaNs. Chunks of values already exact in bf16 (low 16
+    bits zero, where the carry trick is ``u >> 16``) are shifted only, until the first inexact chunk."""
     f = np.ascontiguousarray(x, dtype=np.float32).reshape(-1)
     u = f.view(np.uint32)
     out = np.empty(u.size, dtype=np.uint16)
     tmp = np.empty(min(u.size, CHUNK), dtype=np.uint32)
+    exact = True
     for i in range(0, u.size, CHUNK):
         src = u[i : i + CHUNK]
         t = tmp[: src.size]
+        if exact:
+            np.bitwise_and(src, 0xFFFF, out=t)
+            if not t.any():
+                np.right_shift(src, 16, out=out[i : i + src.size], casting="unsafe")
+                continue
+            exact = False
         np.right_shift(src, 16, out=t)
         t &= 1
         t += 0x7FFF
