@@ -129,3 +129,11 @@ def test_bad_limits_are_config_errors() -> None:
         compile_(late_exp, hbm_limit_bytes=-1)
     with pytest.raises(ConfigError, match="hbm_overflow"):
         compile_(late_exp, hbm_overflow="sometimes")
+
+
+def test_an_artifact_keeps_the_memory_steps(tmp_path: Any) -> None:
+    program = compile_(late_matmul, hbm_limit_bytes=5 * MIB)
+    loaded = trnsim.load_artifact(program.save(tmp_path / "late.neff"))
+    assert kernels(loaded) == kernels(program)
+    assert loaded.plan.spill_bytes == MIB and loaded.options.hbm_limit_bytes == 5 * MIB
+    np.testing.assert_array_equal(loaded.run(X, W)[0], program.run(X, W)[0])

@@ -1,18 +1,20 @@
 """MLIR (StableHLO) → trnsim graph IR.
 
 ``func.call`` is inlined at every call site, multi-result ops and ``%x#i`` references map to node outputs,
-regions become nested graphs, attributes become plain Python values through one table of converters, and
-sharding annotations (``sdy.sharding``, ``mhlo.sharding``) are read and kept on the graph for the
-partitioner. The conformance runner can lift a function (``@inputs``) to graph parameters and collect the
-``check.*`` custom_calls instead of importing them.
+tuples are flattened (``tuple`` makes a Python tuple of its elements, ``get_tuple_element`` picks one,
+tuple-typed arguments and results of the entry function become their leaves, depth first, with the nesting
+kept in ``Imported.signature``), regions become nested graphs, attributes become plain Python values
+through one table of converters, and sharding annotations (``sdy.sharding``, ``mhlo.sharding``) are read
+and kept on the graph for the partitioner. The conformance runner can lift a function (``@inputs``) to graph
+parameters and collect the ``check.*`` custom_calls instead of importing them.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeAlias, TypeVar
 
 import numpy as np
 
@@ -32,6 +34,86 @@ class Check:
     where: str
 
 
+# A value of the module as the importer tracks it: a tensor, or a (nested) tuple of them.
+Tree: TypeAlias = "Value | tuple[Tree, ...]"
+# Where the leaves of a declared argument or result sit among the graph's flat parameters or results.
+Structure: TypeAlias = "int | tuple[Structure, ...]"
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Signature:
+    """The entry function's declared arguments and results over the graph's flat parameters and results: one
+    entry per declared value, an int (its flat position) for a tensor, a tuple of entries for a tuple.
+
+        func.func @main(%a: tuple<tensor<2xf32>, tuple<tensor<i32>>>, %b: tensor<f32>) -> tuple<...>
+        params = ((0, (1,)), 2)   → graph.params [a.0, a.1.0, b]"""
+
+    params: tuple[Structure, ...] = ()
+    results: tuple[Structure, ...] = ()
+
+    @property
+    def has_tuples(self) -> bool:
+        return any(isinstance(e, tuple) for e in (*self.params, *self.results))
+
+    def unflatten_results(self, flat: Sequence[T]) -> list[Any]:
+        """The program's flat outputs in the declared structure (tuples as Python tuples)."""
+        return [_build(e, flat) for e in self.results]
+
+    def flatten_params(self, args: Sequence[Any]) -> list[Any]:
+        """Arguments given in the declared structure (tuples as Python tuples or lists), as the program's flat
+        inputs."""
+        if len(args) != len(self.params):
+            raise CompileError(f"the function takes {len(self.params)} arguments, got {len(args)}",
+                               where="Signature.flatten_params", hint="pass one value per declared argument")
+        flat: dict[int, Any] = {}
+        for entry, arg in zip(self.params, args, strict=True):
+            _scatter(entry, arg, flat)
+        return [flat[i] for i in range(len(flat))]
+
+
+def _build(entry: Structure, flat: Sequence[T]) -> Any:
+    return flat[entry] if isinstance(entry, int) else tuple(_build(e, flat) for e in entry)
+
+
+def _scatter(entry: Structure, arg: Any, flat: dict[int, Any]) -> None:
+    if isinstance(entry, int):
+        flat[entry] = arg
+        return
+    if not isinstance(arg, tuple | list) or len(arg) != len(entry):   # type: ignore[arg-type]
+        raise CompileError(f"expected a tuple of {len(entry)} values, got {type(arg).__name__}",
+                           where="Signature.flatten_params", hint="pass tuple arguments as Python tuples")
+    for e, a in zip(entry, arg, strict=True):   # type: ignore[arg-type]
+        _scatter(e, a, flat)
+
+
+def _structures(trees: Sequence[Tree]) -> tuple[list[Structure], int]:
+    out: list[Structure] = []
+    start = 0
+    for t in trees:
+        entry, start = _structure(t, start)
+        out.append(entry)
+    return out, start
+
+
+def leaves(tree: Tree) -> list[Value]:
+    """The tensors of a tree, depth first."""
+    if isinstance(tree, Value):
+        return [tree]
+    return [v for t in tree for v in leaves(t)]
+
+
+def _structure(tree: Tree, start: int) -> tuple[Structure, int]:
+    """The positions of ``tree``'s leaves when they are numbered from ``start``; the next free number."""
+    if isinstance(tree, Value):
+        return start, start + 1
+    out: list[Structure] = []
+    for t in tree:
+        entry, start = _structure(t, start)
+        out.append(entry)
+    return tuple(out), start
+
+
 @dataclass
 class Imported:
     graph: Graph
@@ -39,6 +121,7 @@ class Imported:
     lifted: Graph | None = None           # the lifted function, evaluated to give the arguments
     shardings: dict[str, str] = field(default_factory=dict[str, str])
     attributes: dict[str, str] = field(default_factory=dict[str, str])
+    signature: Signature = field(default_factory=Signature)
 
 
 _LOC = re.compile(r'"([^"]*)":(\d+):(\d+)')
@@ -79,9 +162,14 @@ class _Importer:
     def tensor_type(self, t: Any, where: str) -> TensorType:
         from jaxlib.mlir import ir
 
+        if isinstance(t, ir.TupleType):
+            raise UnsupportedError(f"a value of tuple type {t} here cannot be flattened", where=where,
+                                   hint="trnsim flattens tuples made by `tuple`, read by `get_tuple_element`, "
+                                        "passed to calls and taken or returned by the entry function; unpack "
+                                        "the tuple into separate tensors for other ops")
         if not isinstance(t, ir.RankedTensorType):
             raise UnsupportedError(f"values of type {t} are not supported", where=where,
-                                   hint="trnsim compiles programs over ranked tensors (no tuples or tokens)")
+                                   hint="trnsim compiles programs over ranked tensors (no tokens)")
         rt = ir.RankedTensorType(t)
         if not rt.has_static_shape:
             raise UnsupportedError(f"dynamic shape {t}", where=where,
@@ -96,6 +184,15 @@ class _Importer:
             raise UnsupportedError(f"element type {name} is not supported", where=where, hint=dt.why)
         return TensorType(tuple(rt.shape), name)
 
+    def tree_type(self, t: Any, where: str) -> Tree:
+        """A fresh value for an argument of type ``t``; a tuple type gives a tuple of them, nested alike."""
+        from jaxlib.mlir import ir
+
+        if isinstance(t, ir.TupleType):
+            tt = ir.TupleType(t)
+            return tuple(self.tree_type(tt.get_type(i), f"{where}, element {i}") for i in range(tt.num_types))
+        return Value(self.tensor_type(t, where))
+
     # -- functions -------------------------------------------------------------------------------------
     def function(self, name: str, where: str) -> Any:
         f = self.funcs.get(name)
@@ -104,7 +201,7 @@ class _Importer:
                                hint=f"functions here: {', '.join('@' + n for n in self.funcs) or 'none'}")
         return f
 
-    def import_entry(self, name: str) -> Graph:
+    def import_entry(self, name: str) -> tuple[Graph, Signature]:
         f = self.function(name, self.where)
         block = f.regions[0].blocks[0]
         where = self.loc(f)
@@ -114,25 +211,31 @@ class _Importer:
             first = next((op for op in block.operations if _LOC.search(str(op.operation.location))), None)
             if first is not None:
                 where = self.loc(first.operation)
-        params = [Value(self.tensor_type(a.type, f"{where}, argument {i} of @{name}"))
-                  for i, a in enumerate(block.arguments)]
-        vmap: dict[Any, Value] = dict(zip(block.arguments, params, strict=True))
-        self._read_arg_shardings(f)
+        trees = [self.tree_type(a.type, f"{where}, argument {i} of @{name}") for i, a in enumerate(block.arguments)]
+        vmap: dict[Any, Tree] = dict(zip(block.arguments, trees, strict=True))
+        param_entries, count = _structures(trees)
+        self._read_arg_shardings(f, param_entries)
         nodes: list[Node] = []
         results = self.block(block, vmap, nodes)
-        return Graph(params, nodes, results, name=name)
+        result_entries, _ = _structures(results)
+        params = [v for t in trees for v in leaves(t)]
+        assert len(params) == count
+        graph = Graph(params, nodes, [v for t in results for v in leaves(t)], name=name)
+        return graph, Signature(tuple(param_entries), tuple(result_entries))
 
-    def _read_arg_shardings(self, f: Any) -> None:
+    def _read_arg_shardings(self, f: Any, entries: list[Structure]) -> None:
+        """Shardings of the arguments, keyed by flat parameter (``arg3``); a tuple argument's applies to none
+        of its leaves (XLA's tuple shardings list one per leaf, which JAX never emits for StableHLO)."""
         attrs = f.attributes
         if "arg_attrs" not in attrs:
             return
         for i, a in enumerate(attrs["arg_attrs"]):
             text = str(a)
             m = re.search(r'(sdy\.sharding = #sdy\.sharding<[^>]*>|mhlo\.sharding = "[^"]*")', text)
-            if m:
-                self.shardings[f"arg{i}"] = m.group(1)
+            if m and isinstance(entries[i], int):
+                self.shardings[f"arg{entries[i]}"] = m.group(1)
 
-    def block(self, block: Any, vmap: dict[Any, Value], nodes: list[Node]) -> list[Value]:
+    def block(self, block: Any, vmap: dict[Any, Tree], nodes: list[Node]) -> list[Tree]:
         for op in block.operations:
             o = op.operation
             name = o.name
@@ -142,6 +245,10 @@ class _Importer:
                 outs = self.inline(o, vmap, nodes)
             elif name == "stablehlo.composite":      # its decomposition is its meaning: inline it
                 outs = self.inline(o, vmap, nodes, callee_attr="decomposition")
+            elif name in ("stablehlo.tuple", "mhlo.tuple"):
+                outs = [tuple(vmap[v] for v in o.operands)]
+            elif name in ("stablehlo.get_tuple_element", "mhlo.get_tuple_element"):
+                outs = [self.tuple_element(o, vmap)]
             elif name == "stablehlo.custom_call" and self.collect_checks and \
                     _str_attr(o.attributes["call_target_name"]).startswith("check."):
                 outs = self.check(o, vmap, nodes)
@@ -151,7 +258,16 @@ class _Importer:
                 vmap[r] = v
         raise CompileError("a block has no terminator", where=self.where)
 
-    def inline(self, o: Any, vmap: dict[Any, Value], nodes: list[Node], callee_attr: str = "callee") -> list[Value]:
+    def tuple_element(self, o: Any, vmap: dict[Any, Tree]) -> Tree:
+        """``get_tuple_element``: the element itself (tuples exist only at import)."""
+        tree = vmap[o.operands[0]]
+        index = int(o.attributes["index"].value)
+        if isinstance(tree, Value) or not 0 <= index < len(tree):
+            raise CompileError(f"get_tuple_element index {index} is out of range for its operand",
+                               where=self.loc(o), hint="the module is malformed")
+        return tree[index]
+
+    def inline(self, o: Any, vmap: dict[Any, Tree], nodes: list[Node], callee_attr: str = "callee") -> list[Tree]:
         if callee_attr not in o.attributes:
             raise CompileError(f"`{o.name}` has no `{callee_attr}` function", where=self.loc(o),
                                hint="the module is malformed")
@@ -167,7 +283,7 @@ class _Importer:
             raise UnsupportedError(f"recursive call of @{callee_name}", where=where,
                                    hint="StableHLO programs from JAX never recurse; unroll the recursion")
         block = callee.regions[0].blocks[0]
-        inner: dict[Any, Value] = dict(zip(block.arguments, (vmap[v] for v in o.operands), strict=True))
+        inner: dict[Any, Tree] = dict(zip(block.arguments, (vmap[v] for v in o.operands), strict=True))
         try:
             outs = self.block(block, inner, nodes)
         finally:
@@ -176,19 +292,19 @@ class _Importer:
                 self.sites.pop()
         return outs
 
-    def lift_call(self, name: str, o: Any, where: str) -> list[Value]:
+    def lift_call(self, name: str, o: Any, where: str) -> list[Tree]:
         """The call's results become parameters of the entry graph; the callee is kept to compute them."""
-        self.lifted = self.import_entry(name)
+        self.lifted = self.import_entry(name)[0]
         values = [Value(self.tensor_type(r.type, where)) for r in o.results]
         self.lifted_values.extend(values)
-        return values
+        return list[Tree](values)
 
-    def check(self, o: Any, vmap: dict[Any, Value], nodes: list[Node]) -> list[Value]:
+    def check(self, o: Any, vmap: dict[Any, Tree], nodes: list[Node]) -> list[Tree]:
         """Record the check; the older ``check.eq`` form returns an i1 that ``main`` returns: true here (the
         runner applies the check itself)."""
         where = self.loc(o)
         kind = _str_attr(o.attributes["call_target_name"]).removeprefix("check.")
-        operands = [vmap[v] for v in o.operands]
+        operands = self.tensors(o, vmap, where)
         if len(operands) == 1 and kind.endswith("_const") and "value" in o.attributes:
             value = convert_attribute("value", o.attributes["value"], where)
             const = Node.make("constant", [], [operands[0].type], {"value": value}, loc=where)
@@ -199,7 +315,7 @@ class _Importer:
             raise CompileError(f"check.{kind} takes an actual and an expected value, not {len(operands)} operands",
                                where=where, hint="conformance checks compare two tensors of one type")
         self.checks.append(Check(kind, operands[0], operands[1], where))
-        outs: list[Value] = []
+        outs: list[Tree] = []
         for r in o.results:
             t = self.tensor_type(r.type, where)
             const = Node.make("constant", [], [t], {"value": np.ones(t.shape, t.np_dtype)}, loc=where)
@@ -208,7 +324,18 @@ class _Importer:
         return outs
 
     # -- ops -------------------------------------------------------------------------------------------
-    def node(self, o: Any, vmap: dict[Any, Value], nodes: list[Node]) -> list[Value]:
+    def tensors(self, o: Any, vmap: dict[Any, Tree], where: str) -> list[Value]:
+        """The operands of an op that takes tensors only."""
+        out: list[Value] = []
+        for i, v in enumerate(o.operands):
+            tree = vmap[v]
+            if not isinstance(tree, Value):
+                self.tensor_type(v.type, f"{where}, operand {i}")       # raises: a tuple cannot be flattened here
+                raise AssertionError("a tuple value with a tensor type")
+            out.append(tree)
+        return out
+
+    def node(self, o: Any, vmap: dict[Any, Tree], nodes: list[Node]) -> list[Tree]:
         where = self.loc(o)
         dialect, _, op = o.name.partition(".")
         if dialect not in ("stablehlo", "mhlo"):
@@ -217,7 +344,7 @@ class _Importer:
             else:
                 raise UnsupportedError(f"op `{o.name}` is not supported", where=where,
                                        hint="trnsim compiles the stablehlo dialect (chlo is legalised first)")
-        inputs = [vmap[v] for v in o.operands]
+        inputs = self.tensors(o, vmap, where)
         out_types = [self.tensor_type(r.type, where) for r in o.results]
         attrs = {}
         for named in o.attributes:
@@ -235,10 +362,13 @@ class _Importer:
             inner.update(zip(block.arguments, params, strict=True))
             body: list[Node] = []
             results = self.block(block, inner, body)
-            regions.append(Graph(params, body, results, name=f"{op}.region"))
+            if not all(isinstance(r, Value) for r in results):
+                raise UnsupportedError(f"a region of `{o.name}` returns a tuple", where=where,
+                                       hint="return the tuple's elements as separate values")
+            regions.append(Graph(params, body, [r for r in results if isinstance(r, Value)], name=f"{op}.region"))
         node = Node.make(op, inputs, out_types, attrs, regions, where)
         nodes.append(node)
-        return node.outputs
+        return list(node.outputs)
 
 
 def _check_custom_call(target: str, where: str) -> None:
@@ -363,13 +493,13 @@ def import_module(module: Any, *, where: str, entry: str = "main", lift: str | N
         public = [n for n, f in imp.funcs.items() if "sym_visibility" not in f.attributes]
         if len(public) == 1:
             entry = public[0]
-    graph = imp.import_entry(entry)
+    graph, signature = imp.import_entry(entry)
     graph.params.extend(imp.lifted_values)
     attrs = {}
     for named in module.operation.attributes:
         key = named if isinstance(named, str) else named.name
         attrs[key] = str(module.operation.attributes[key])
-    return Imported(graph, imp.checks, imp.lifted, imp.shardings, attrs)
+    return Imported(graph, imp.checks, imp.lifted, imp.shardings, attrs, signature)
 
 
-__all__ = ["Check", "Imported", "convert_attribute", "import_module"]
+__all__ = ["Check", "Imported", "Signature", "convert_attribute", "import_module", "leaves"]
