@@ -98,7 +98,7 @@ def test_tuples_inside_the_program_match_the_reference(text: str) -> None:
 
 def test_tuple_arguments_and_results_flatten_and_come_back_structured() -> None:
     imp = imported(ENTRY)
-    assert [str(p.type) for p in imp.graph.params] == [F, I, F]
+    assert [str(p.type) for p in imp.graph.params] == [F, N, F]
     assert imp.signature.params == ((0, (1,)), 2)
     assert imp.signature.results == ((0, (1,)), 2)
     s = np.array([2.0, 0.5, -1.0], np.float32)
