@@ -82,3 +82,11 @@ def test_decode_into_equals_decode_raw32_on_strided_views(dtype: str, raw_type: 
     assert values.can_decode_into(dtype) and not values.can_decode_into("fp8_e4m3")
     values.decode_into(raw, dtype, out)
     assert np.array_equal(out.view(np.uint32), values.decode_raw32(raw, dtype).view(np.uint32))
+
+
+@pytest.mark.parametrize("dtype,raw_type", [("bf16", np.uint16), ("fp16", np.uint16), ("fp8_e4m3", np.uint8)])
+def test_encode_into_equals_encode_values(dtype: str, raw_type: type) -> None:
+    x = _patterns()[: 3 * values.CHUNK + 5]
+    out = np.empty(x.size, dtype=raw_type)
+    values.encode_into(x, dtype, out)
+    assert np.array_equal(out, values.encode_values(x, dtype))

@@ -97,7 +97,7 @@ class Context:
 
     def read32(self, ap: AccessPattern) -> NDArray[np.float32]:
         """Values as an engine sees them: fp32, flattened to ``[partitions, free_size]``."""
-        return decode_raw32(self.read_raw(ap), ap.dtype).reshape(ap.partitions, ap.free_size)
+        return decode_raw32(self._readable(ap), ap.dtype).reshape(ap.partitions, ap.free_size)  # a new array
 
     def operand32(self, ap: AccessPattern) -> NDArray[np.float32]:
         """``read32`` of an operand that is typically read again unchanged (TensorE's: a stationary across

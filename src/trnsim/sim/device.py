@@ -39,7 +39,7 @@ from trnsim.sim import fastpath
 from trnsim.sim.context import Context
 from trnsim.sim.memory import RAW, DenseMemory, Fault, SparseMemory
 from trnsim.sim.semantics import SEMANTICS
-from trnsim.sim.values import decode_raw, decode_raw32, encode_values
+from trnsim.sim.values import decode_raw, decode_raw32, encode_into
 
 if TYPE_CHECKING:
     from trnsim.sim.profile import Labels, Profile
@@ -201,7 +201,7 @@ class Device:
     @classmethod
     def _store(cls, mem: SparseMemory, decl: TensorDecl, base: int, value: NDArray[Any], *, mark: bool) -> None:
         codes, written = cls._tensor_codes(mem, decl, base)
-        codes[...] = encode_values(value.reshape(-1), decl.dtype)
+        encode_into(value.reshape(-1), decl.dtype, codes)
         if mark:
             assert written is not None
             written[...] = True

@@ -94,14 +94,16 @@ def decode_raw32(raw: NDArray[Any], dtype: str) -> NDArray[np.float32]:
 CHUNK = 1 << 16  # elements per pass of the bf16 encoder: its temporary stays in cache
 
 
-def _bf16_codes(x: NDArray[Any]) -> NDArray[np.uint16]:
+def _bf16_codes(x: NDArray[Any], out: NDArray[np.uint16] | None = None) -> NDArray[np.uint16]:
     """RNE to bf16 by the carry trick, ``(u + 0x7FFF + (u >> 16 & 1)) >> 16`` (overflow → inf), as codes; a
     NaN keeps its sign and top payload bits, made quiet if they would read as inf. Runs in cache-sized
     chunks, and fixes NaN codes only when there are NaNs. Chunks of values already exact in bf16 (low 16
-    bits zero, where the carry trick is ``u >> 16``) are shifted only, until the first inexact chunk."""
+    bits zero, where the carry trick is ``u >> 16``) are shifted only, until the first inexact chunk. ``out``:
+    a contiguous array of ``x.size`` codes to write (else a new one, shaped as ``x``)."""
     f = np.ascontiguousarray(x, dtype=np.float32).reshape(-1)
     u = f.view(np.uint32)
-    out = np.empty(u.size, dtype=np.uint16)
+    shaped = out is None
+    out = np.empty(u.size, dtype=np.uint16) if out is None else out.reshape(-1)
     tmp = np.empty(min(u.size, CHUNK), dtype=np.uint32)
     exact = True
     for i in range(0, u.size, CHUNK):
@@ -123,7 +125,7 @@ def _bf16_codes(x: NDArray[Any]) -> NDArray[np.uint16]:
         nan = np.isnan(f)
         top = (u[nan] >> 16).astype(np.uint16)
         out[nan] = np.where((top & 0x7F) == 0, top | 0x40, top)
-    return out.reshape(np.shape(x))
+    return out.reshape(np.shape(x)) if shaped else out
 
 
 def _fp16_codes(x: NDArray[Any]) -> NDArray[np.uint16]:
@@ -139,6 +141,15 @@ def _fp32_codes(x: NDArray[Any]) -> NDArray[np.uint32]:
 # Round-to-nearest-even encoders of the formats with an infinity (so overflow saturates to it, as the
 # general path does); tested equal to the general path.
 _ENCODE_RNE: dict[str, Any] = {"bf16": _bf16_codes, "fp16": _fp16_codes, "fp32": _fp32_codes}
+
+
+def encode_into(x: NDArray[Any], dtype: str, out: NDArray[Any]) -> None:
+    """``out[...] = encode_values(x, dtype)`` (RNE) for a contiguous ``out`` of ``x.size`` codes; bf16 from
+    fp32 is encoded in place, without a temporary."""
+    if dtype == "bf16" and x.dtype == np.float32 and out.dtype == np.uint16 and out.flags.c_contiguous:
+        _bf16_codes(x, out)
+    else:
+        out[...] = encode_values(x, dtype).reshape(out.shape)
 
 
 def encode_values(
