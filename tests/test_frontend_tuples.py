@@ -2,14 +2,18 @@
 results of the entry function to their leaves (the nesting kept in ``Imported.signature``), and what cannot
 be flattened is an UnsupportedError. Checked against jaxlib's reference interpreter (``stablehlo.eval_module``)
 where it can run the module; it cannot take tuple arguments or return tuples, so those modules are checked
-against the reference's results for the same computation written without tuples."""
+against the reference's results for the same computation written without tuples.
+
+NOTE: the reference runs in this process, not in the oracle's forked child: a fork of a pytest process whose
+XLA thread pools are running can hang, and eval_module is known to run every module here."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from conformance.oracle import assert_same, reference
+from conformance.oracle import _reference as reference  # pyright: ignore[reportPrivateUsage]
+from conformance.oracle import assert_same
 from trnsim.errors import UnsupportedError
 from trnsim.frontend.importer import Imported, import_module
 from trnsim.frontend.mlir import parse
