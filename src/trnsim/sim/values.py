@@ -98,7 +98,8 @@ def _bf16_codes(x: NDArray[Any], out: NDArray[np.uint16] | None = None) -> NDArr
     """RNE to bf16 by the carry trick, ``(u + 0x7FFF + (u >> 16 & 1)) >> 16`` (overflow → inf), as codes; a
     NaN keeps its sign and top payload bits, made quiet if they would read as inf. Runs in cache-sized
     chunks, and fixes NaN codes only when there are NaNs. Chunks of values already exact in bf16 (low 16
-    bits zero, where the carry trick is ``u >> 16``) are shifted only, until the first inexact chunk. ``out``:
+    bits zero, where the carry trick is ``u >> 16``) are shifted only, until the first inexact chunk; an
+    input exact throughout needs no NaN fix. ``out``:
     a contiguous array of ``x.size`` codes to write (else a new one, shaped as ``x``)."""
     f = np.ascontiguousarray(x, dtype=np.float32).reshape(-1)
     u = f.view(np.uint32)
@@ -121,7 +122,8 @@ def _bf16_codes(x: NDArray[Any], out: NDArray[np.uint16] | None = None) -> NDArr
         t += src  # NOTE: wraps only for negative NaNs, which are fixed below
         t >>= 16
         out[i : i + src.size] = t
-    if u.size and np.isnan(f.max()):  # max propagates NaN: one cheap pass
+    # NOTE: a NaN whose low 16 bits are zero keeps a payload bit in its top code: only the carry trick needs fixing
+    if not exact and np.isnan(f.max()):  # max propagates NaN: one cheap pass
         nan = np.isnan(f)
         top = (u[nan] >> 16).astype(np.uint16)
         out[nan] = np.where((top & 0x7F) == 0, top | 0x40, top)
