@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from dataclasses import fields, replace
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -287,3 +288,16 @@ def test_runs_reusing_scratch_equal_plain(chunk: int, most: int, monkeypatch: py
         assert fast[0] == slow[0] and np.array_equal(fast[1], slow[1])
         assert_same(both(random_matmuls.compile(a[:96, :N], ops=(("block", 0, 1, False, True, 3),),
                                                 dtypes=("bf16",)).program, {"x": a[:96, :N]}))
+
+
+# ---------------------------------------------------------------- inputs
+def test_bfloat16_inputs_go_into_hbm_code_for_code() -> None:
+    """ml_dtypes bfloat16 arrays for bf16 tensors are copied as codes (``values.encode_into``), NaN payloads
+    included: the codes their fp32 values encode to."""
+    codes = np.arange(2**16, dtype=np.uint16).reshape(128, 512)
+    t = tile("sbuf", "bf16", (128, 512))
+    program = tile_program([], {"x": t}, {"y": t})
+    got = Device().run(program, {"x": codes.view(ml_dtypes.bfloat16)}).outputs["y"]
+    want = Device().run(program, {"x": codes.view(ml_dtypes.bfloat16).astype(np.float32)}).outputs["y"]
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+    assert np.array_equal(got.view(np.uint32) >> 16, codes)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -90,3 +91,13 @@ def test_encode_into_equals_encode_values(dtype: str, raw_type: type) -> None:
     out = np.empty(x.size, dtype=raw_type)
     values.encode_into(x, dtype, out)
     assert np.array_equal(out, values.encode_values(x, dtype))
+
+
+def test_encode_into_takes_every_bfloat16_code_as_its_fp32_value_would_encode() -> None:
+    """ml_dtypes' bfloat16 inputs are copied code for code: the same codes as encoding their fp32 values
+    (the route ``run_kernel`` took before), for all 65,536 codes, NaN payloads included."""
+    codes = np.arange(2**16, dtype=np.uint16)
+    out = np.empty(codes.size, dtype=np.uint16)
+    values.encode_into(codes.view(ml_dtypes.bfloat16), "bf16", out)
+    assert np.array_equal(out, codes)
+    assert np.array_equal(values.encode_values(codes.view(ml_dtypes.bfloat16).astype(np.float32), "bf16"), codes)

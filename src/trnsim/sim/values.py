@@ -147,8 +147,11 @@ _ENCODE_RNE: dict[str, Any] = {"bf16": _bf16_codes, "fp16": _fp16_codes, "fp32":
 
 def encode_into(x: NDArray[Any], dtype: str, out: NDArray[Any]) -> None:
     """``out[...] = encode_values(x, dtype)`` (RNE) for a contiguous ``out`` of ``x.size`` codes; bf16 from
-    fp32 is encoded in place, without a temporary."""
-    if dtype == "bf16" and x.dtype == np.float32 and out.dtype == np.uint16 and out.flags.c_contiguous:
+    fp32 is encoded in place, without a temporary, and from ml_dtypes' bfloat16 (whose codes are bf16's,
+    NaN payloads included) copied."""
+    if dtype == "bf16" and x.dtype.name == "bfloat16" and x.dtype.itemsize == 2:
+        out[...] = x.view(np.uint16).reshape(out.shape)
+    elif dtype == "bf16" and x.dtype == np.float32 and out.dtype == np.uint16 and out.flags.c_contiguous:
         _bf16_codes(x, out)
     else:
         out[...] = encode_values(x, dtype).reshape(out.shape)
