@@ -161,3 +161,25 @@ def test_cache_warm_failures(capsys: pytest.CaptureFixture[str], tmp_path: Path)
     assert code == 2 and "defines no trnsim_programs()" in err
     code, _, err = run(capsys, "cache", "warm", str(tmp_path / "missing.mlir"), "--url", url)
     assert code == 2 and "no such file" in err
+
+
+def test_compile_with_an_hbm_limit_shows_what_the_memory_plan_added(capsys: pytest.CaptureFixture[str],
+                                                                    tmp_path: Path, cache: str) -> None:
+    import jax
+    import jax.numpy as jnp
+
+    def late_exp(x: jax.Array, w: jax.Array) -> jax.Array:   # exp(x) is read again by the last step
+        e = jnp.exp(x)
+        return jnp.sum(e * jnp.sum(jnp.tanh(jnp.tanh(e @ w) @ w) @ w, axis=0)[None, :])
+
+    spec = jax.ShapeDtypeStruct((512, 512), jnp.float32)     # 1 MiB each; the program's peak is 5 MiB
+    path = tmp_path / "late.mlir"
+    path.write_text(jax.jit(late_exp).lower(spec, spec).as_text())
+    code, out, _ = run(capsys, "compile", str(path), "--no-cache")
+    assert code == 0 and "HBM over capacity" not in out
+    code, out, _ = run(capsys, "compile", str(path), "--no-cache", "--hbm-limit", "4.5 MiB", "--hbm-overflow", "remat")
+    assert code == 0 and "HBM over capacity" in out and "recomputed 1 MiB" in out, out
+    code, _, err = run(capsys, "compile", str(path), "--hbm-limit", "4 MiB", "--hbm-overflow", "remat")
+    assert code == 2 and "allocate" in err
+    code, _, err = run(capsys, "compile", str(path), "--hbm-limit", "4096")
+    assert code == 2 and "missing unit" in err

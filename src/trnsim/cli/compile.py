@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from trnsim.cli._output import print_json, print_table
-from trnsim.compiler.options import AUTO_CAST, AUTO_CAST_TYPES, SPARSITY
+from trnsim.compiler.options import AUTO_CAST, AUTO_CAST_TYPES, HBM_OVERFLOW, SPARSITY
 from trnsim.errors import CompileError, SimError
-from trnsim.hw.units import format_quantity
+from trnsim.hw.units import format_quantity, parse_bytes
 
 if TYPE_CHECKING:
     from trnsim.cli._output import SubParsers
@@ -64,11 +64,20 @@ def add_compile_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--auto-cast", choices=AUTO_CAST, help="ops that run in a narrower type (default none)")
     p.add_argument("--auto-cast-type", choices=AUTO_CAST_TYPES, help="that type (default bf16)")
     p.add_argument("--sparsity", choices=SPARSITY, help="prune matmul weight operands N:M (default none)")
+    p.add_argument("--hbm-limit", metavar="SIZE",
+                   help="HBM the memory plan may use, with a unit, e.g. '24 GiB' (default: the chip's HBM)")
+    p.add_argument("--hbm-overflow", choices=HBM_OVERFLOW,
+                   help="when the program does not fit: recompute cheap values, then spill to host memory "
+                        "(remat+spill, the default), only recompute, or fail")
 
 
-def compile_options(args: argparse.Namespace) -> dict[str, str]:
+def compile_options(args: argparse.Namespace) -> dict[str, str | int]:
     """The compile options given on the command line, by ``trnsim.compile`` keyword."""
-    given = {"auto_cast": args.auto_cast, "auto_cast_type": args.auto_cast_type, "sparsity": args.sparsity}
+    given: dict[str, str | int | None] = {
+        "auto_cast": args.auto_cast, "auto_cast_type": args.auto_cast_type, "sparsity": args.sparsity,
+        "hbm_overflow": getattr(args, "hbm_overflow", None),
+        "hbm_limit_bytes": None if getattr(args, "hbm_limit", None) is None else
+        parse_bytes(args.hbm_limit, where="--hbm-limit")}
     return {k: v for k, v in given.items() if v is not None}
 
 
@@ -130,12 +139,22 @@ def cmd_compile(args: argparse.Namespace) -> int:
             ["inputs", _types(program.input_types)], ["outputs", _types(program.output_types)],
             ["kernel steps", f"{len(plan.steps):,}"], ["instructions", counts],
             ["estimated time", _seconds(plan.total_seconds)], ["HBM peak", _bytes(plan.hbm_peak)],
-            ["program", how], ["artifact", f"{output} ({_bytes(output.stat().st_size)})"]]
+            *_memory_plan_rows(plan), ["program", how], ["artifact", f"{output} ({_bytes(output.stat().st_size)})"]]
     if args.dump_ir:
         rows.append(["IR dumps", str(args.dump_ir)])
     print_table(f"trnsim compile {source.name}", ["", ""], rows,
                 caption=f"run it: trnsim run {output} --inputs in.npz; look inside: trnsim inspect {output}")
     return 0
+
+
+def _memory_plan_rows(plan: Any) -> list[list[str]]:
+    """What the HBM planner added when the program did not fit (nothing when it fit)."""
+    costs = plan.memory_costs()
+    if not costs["remat_bytes"] and not costs["spill_bytes"]:
+        return []
+    return [["HBM over capacity", f"recomputed {_bytes(costs['remat_bytes'])} ({_seconds(costs['remat_seconds'])}), "
+                                  f"spilled to host {_bytes(costs['spill_bytes'])} "
+                                  f"({_seconds(costs['spill_seconds'])} out and back)"]]
 
 
 # ---------------------------------------------------------------------------------------------------- run

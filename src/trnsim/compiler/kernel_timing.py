@@ -85,15 +85,15 @@ WIDE_DTYPES = frozenset({"bf16", "fp16", "fp32", "tf32"})   # DMA transposes run
 def matmul_time(target: str, m: int, k: int, n: int, dtype: str, sparsity: str | None, out_dtype: str) -> KernelTime:
     """The faster lowering of ``[M, K] @ [K, N]``: the library kernel, or the K-major-lhs variant (dense).
 
-    NOTE: the kernel walks output blocks (column chunks, then groups of up to 512 stationary columns, then
-    blocks of PSUM banks; kernels/gemm.py) one after another, each accumulating over all of K (K is never sampled: whether a moving panel stays resident in SBUF
-    depends on it), so its time is linear in the number of output blocks once the pipeline is full. A
-    product with more than ``2 × SAMPLE_ROWS`` rows or ``SAMPLE_COLS`` columns is timed on two samples of
-    ``SAMPLE_ROWS`` and twice that rows (at most ``SAMPLE_COLS`` columns, all of K) and extrapolated
-    linearly in the output area: the difference gives the cost per output element, the rest is the fixed
-    fill and drain. Measured against whole kernels: within 2% for full chunks, 7% under with a ragged last
-    column chunk. This keeps a 70B-model layer's compile to seconds. The K-major variant is only tried for
-    1-byte and narrower operands, the ones whose DMA transpose is slow."""
+    NOTE: the kernel walks output blocks (column chunks, then groups of up to 512 stationary columns, then blocks of
+    PSUM banks; kernels/gemm.py) one after another, each accumulating over all of K (K is never sampled: whether a
+    moving panel stays resident in SBUF depends on it), so its time is linear in the number of output blocks once
+    the pipeline is full. A product with more than ``2 × SAMPLE_ROWS`` rows or ``SAMPLE_COLS`` columns is timed on
+    two samples of ``SAMPLE_ROWS`` and twice that rows (at most ``SAMPLE_COLS`` columns, all of K) and extrapolated
+    linearly in the output area: the difference gives the cost per output element, the rest is the fixed fill and
+    drain. Measured against whole kernels: within 2% for full chunks, 7% under with a ragged last column chunk. This
+    keeps a 70B-model layer's compile to seconds. The K-major variant is only tried for 1-byte and narrower
+    operands, the ones whose DMA transpose is slow."""
     sn = min(n, SAMPLE_COLS)
     if m > 2 * SAMPLE_ROWS or n > SAMPLE_COLS:
         # two samples fix the fixed part (pipeline fill and drain) and the cost per output element
