@@ -267,3 +267,47 @@ def test_a_broadcast_read_by_another_step_is_made_again_there_instead_of_stored(
     assert norm.dma_bytes == x.nbytes + x.nbytes + 256 * 4      # x in; x * r and the rsqrt column out
     (out,) = program.run(x, w, timing=False)
     np.testing.assert_allclose(out, np.asarray(jax.jit(norm_then_scale)(x, w)), rtol=2e-4, atol=2e-4)
+
+
+def _two_matmul_operand(h):  # type: ignore[no-untyped-def]
+    """``h`` feeds a matmul contracting its last axis and one contracting the rows (a weight gradient): autocast
+    puts two qdq of ``h`` in its group, MX blocks along the rows and down 32 consecutive rows."""
+    def f(x, w, dy):  # type: ignore[no-untyped-def]
+        v = h(x)
+        return jnp.einsum("btc,cd->btd", v, w), jnp.einsum("btc,btd->cd", v, dy)
+    return f
+
+
+@pytest.mark.parametrize("fmt", ["mxfp6", "mxfp4", "mxfp8"])
+def test_mx_quantize_dequantize_is_generated_and_exact_on_the_simulator(fmt: str) -> None:
+    rng = np.random.default_rng(0)
+    x = (rng.standard_normal((3, 64, 96)) * np.exp(rng.standard_normal((3, 64, 96)))).astype(np.float32)
+    x[0, :32, :32] = 0.0                                 # an all-zero block in both directions
+    w = rng.standard_normal((96, 64)).astype(np.float32)
+    dy = rng.standard_normal((3, 64, 64)).astype(np.float32)
+    fn = _two_matmul_operand(lambda x: jnp.tanh(x) * 3.0 + x)
+    program = trnsim.compile(jax.jit(fn).lower(x, w, dy), cache=False, auto_cast="matmul", auto_cast_type=fmt)
+    assert program.plan.steps[0].kernel == "generated_elementwise"    # 192 rows: a full tile and a ragged one
+    recipe = _check_step(program, [x, w, dy], 0, 0.0)
+    assert sorted(s[2][1][1] for s in recipe.steps if s[0] == "mx") == [0.0, 1.0]
+    assert all(s.kernel != "fused_elementwise" for s in program.plan.steps)
+
+
+def test_mx_blocks_down_the_rows_of_a_reshaped_value_transpose_in_column_chunks() -> None:
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((2, 64, 3, 2, 32)).astype(np.float32)      # [B, T, 3, H, D] → [B, T, 192]
+    w = rng.standard_normal((192, 64)).astype(np.float32)
+    dy = rng.standard_normal((2, 64, 64)).astype(np.float32)
+    fn = _two_matmul_operand(lambda a: (a * 2.0 + a).reshape(2, 64, 192))
+    program = trnsim.compile(jax.jit(fn).lower(a, w, dy), cache=False, auto_cast="matmul", auto_cast_type="mxfp6")
+    recipe = _check_step(program, [a, w, dy], 0, 0.0)
+    assert recipe.cols == 192                            # two TensorE transposes each way: 128 + 64 columns
+
+
+def test_per_tensor_fp8_scaling_keeps_the_analytic_cost() -> None:
+    x = np.ones((2, 64, 96), np.float32)
+    w = np.ones((96, 64), np.float32)
+    dy = np.ones((2, 64, 64), np.float32)
+    fn = _two_matmul_operand(lambda x: jnp.tanh(x))
+    program = trnsim.compile(jax.jit(fn).lower(x, w, dy), cache=False, auto_cast="matmul", auto_cast_type="fp8_e4m3")
+    assert program.plan.steps[0].kernel == "fused_elementwise"

@@ -25,9 +25,12 @@ tile) run once before the tile loop (phase ``pre``). Reductions over the *leadin
 norm-scale gradients ``[B·T, C] → [C]``, the mean of a loss) accumulate on TensorE: each row tile
 ``x[rows, C]`` is the moving operand of a matmul against a 0/1 selection matrix ``S[rows, P]`` (a ones
 column when everything reduces to ``P = 1``), ``acc[P, C] += S.T @ x`` in PSUM across all tiles; the
-result and the ops that follow it (phase ``post``) run once after the loop. Groups that fit none of this
-(reductions over middle axes, max over the leading axes, quantization) keep the analytic cost of
-``costs.fused_cost``.
+result and the ops that follow it (phase ``post``) run once after the loop. The MX ``qdq`` autocast puts
+before a matmul is an ``mx`` step in the row layout: block amax by one free-axis ``tensor_reduce`` of the
+tile viewed ``[rows, cols / 32, 32]``, the E8M0 scale from its exponent bits (an integer ``and``), the
+element rounding a dtype-converting copy; blocks down 32 rows run the same on the TensorE transpose of the
+tile. Groups that fit none of this (reductions over middle axes, max over the leading axes, per-tensor fp8
+and int4 group scaling) keep the analytic cost of ``costs.fused_cost``.
 """
 
 from __future__ import annotations

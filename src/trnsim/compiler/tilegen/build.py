@@ -18,6 +18,7 @@ from trnsim.compiler.tilegen.recipe import (
     MAX_INPUTS,
     MAX_LEAD_COLS,
     MAX_ROW,
+    MX_BLOCK,
     PARTITIONS,
     REDUCE,
     Recipe,
@@ -64,14 +65,25 @@ def _layout(nodes: list[Node], n: int) -> tuple[int, tuple[int, ...]] | None:
             rows_needed |= tuple(node.attrs["dimensions"]) != tuple(range(x.rank)) or x.size != n
         elif node.op == "broadcast_in_dim" and node.inputs[0].type.size not in (1, node.out.type.size):
             rows_needed = True
+        elif node.op == "qdq":
+            rows_needed = True           # MX blocks run along a row or down 32 rows
     if not rows_needed:
         return (0, full[0].type.shape) if n >= PARTITIONS and n % PARTITIONS == 0 else None
+    # NOTE: elementwise ops see the same row-major order whatever a full value's shape; only the ops that
+    # work along rows (reductions, broadcasts, iotas, MX blocks) need their values' rows to be the space's
+    along = [v for nd in nodes if _along_rows(nd) for v in (*nd.inputs, *nd.outputs) if v.type.size == n]
     shape = next((nd.inputs[0].type.shape for nd in nodes if nd.op == "reduce" and nd.inputs[0].type.size == n),
-                 full[0].type.shape)
+                 (along or full)[0].type.shape)
     cols = shape[-1]
-    if cols > MAX_ROW or any(v.type.shape[-1] != cols for v in full):
+    if cols > MAX_ROW or any(v.type.shape[-1] != cols for v in along or full):
         return None                      # a reshape that moves the row boundary
     return cols, shape
+
+
+def _along_rows(node: Node) -> bool:
+    if node.op == "broadcast_in_dim":
+        return node.inputs[0].type.size not in (1, node.out.type.size)
+    return node.op in ("iota", "qdq") or (node.op == "reduce" and not _unit_reduce(node))
 
 
 class _Builder:
@@ -92,6 +104,14 @@ class _Builder:
         self.steps: list[Step] = []
         self.phases: list[str] = []
         self.memo: dict[tuple[Any, ...], Ref | None] = {}
+        self.along: dict[int, bool] = {}
+
+    def along_rows(self, v: Value) -> bool:
+        """Whether ``v`` is made in the group by an op that works along rows, directly or through others."""
+        if v.id not in self.along:
+            node = self.produced.get(v.id)
+            self.along[v.id] = node is not None and (_along_rows(node) or any(self.along_rows(u) for u in node.inputs))
+        return self.along[v.id]
 
     # ---- refs ------------------------------------------------------------------------------------------
     def kind(self, ref: Ref) -> str:
@@ -180,7 +200,7 @@ class _Builder:
         if node.op == "reshape" or (node.op == "reduce" and _unit_reduce(node)):
             u = node.inputs[0]
             if u.type.size == self.n and dims == tuple(range(v.type.rank)) and \
-                    (not self.cols or u.type.shape[-1] == v.type.shape[-1]):
+                    (not self.cols or u.type.shape[-1] == v.type.shape[-1] or not self.along_rows(u)):
                 return self.value(u, u.type.shape, tuple(range(u.type.rank)))   # same element order
             if [u.type.shape[i] for i in _nonunit(u.type.shape)] != [v.type.shape[i] for i in _nonunit(v.type.shape)]:
                 return None
@@ -284,6 +304,11 @@ class _Builder:
                 return None
             picked = tuple(self.const(o[1], dt) if o[0] == "imm" else o for o in operands[1:])
             step = ("select", "select", (operands[0], *picked), dt)
+        elif node.op == "qdq":
+            mx = self.mx(node)
+            if mx is None or kinds[0] != "full":
+                return None
+            step = ("mx", mx[0], (operands[0], ("imm", float(mx[1]))), dt)
         elif node.op == "clamp" and kinds[1] != "imm":
             lo = self.push(("alu", "max", (operands[1], operands[0]), dt), result)
             if result == "red":
@@ -298,6 +323,26 @@ class _Builder:
         if result == "red":
             self.red_shape[ref] = next(self.red_shape[o] for o in operands if o[0] != "imm")
         return ref
+
+    def mx(self, node: Node) -> tuple[str, int] | None:
+        """(element format, 0 for blocks along a row | 1 for blocks down 32 rows) of an MX ``qdq`` in the row
+        layout, or None: per-tensor (fp8) and int4 group scaling keep the analytic cost."""
+        from trnsim.ir.semantics.quant import QDQ_FORMATS
+        from trnsim.isa.dtypes import DTYPES
+
+        fmt, scaling = QDQ_FORMATS.get(node.attrs["format"], ("", ""))
+        shape = node.inputs[0].type.shape
+        if scaling != "block" or not self.cols or len(shape) < 2 or node.inputs[0].type.size != self.n or \
+                shape[-1] != self.cols:
+            return None
+        element = DTYPES[fmt].element
+        assert element is not None
+        axis = int(node.attrs.get("axis", -1)) % len(shape)
+        if axis == len(shape) - 1 and self.cols % MX_BLOCK == 0:
+            return element, 0
+        if axis == len(shape) - 2 and shape[axis] % MX_BLOCK == 0:
+            return element, 1            # whole blocks of consecutive rows, 32-aligned in every tile
+        return None
 
     def reduce(self, node: Node) -> Ref | None:
         """A reduction: along the last axis on VectorE (a column), over leading axes on TensorE (``lead``)."""
