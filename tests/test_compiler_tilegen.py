@@ -304,10 +304,28 @@ def test_mx_blocks_down_the_rows_of_a_reshaped_value_transpose_in_column_chunks(
     assert recipe.cols == 192                            # two TensorE transposes each way: 128 + 64 columns
 
 
-def test_per_tensor_fp8_scaling_keeps_the_analytic_cost() -> None:
-    x = np.ones((2, 64, 96), np.float32)
-    w = np.ones((96, 64), np.float32)
-    dy = np.ones((2, 64, 64), np.float32)
+@pytest.mark.parametrize("fmt", ["fp8_e4m3", "fp8_e5m2"])
+@pytest.mark.parametrize("layout", ["flat", "rows"])
+def test_per_tensor_fp8_scaling_runs_after_the_loop_on_kept_tiles_and_is_exact(fmt: str, layout: str) -> None:
+    rng = np.random.default_rng(2)
+    x = (rng.standard_normal((3, 64, 96)) * np.exp(rng.standard_normal((3, 64, 96)))).astype(np.float32)
+    w = rng.standard_normal((96, 64)).astype(np.float32)
+    dy = rng.standard_normal((3, 64, 64)).astype(np.float32)
+    h = {"flat": lambda x: jnp.tanh(x) * 3.0 + x,           # type: ignore[no-untyped-def]
+         "rows": lambda x: x - jnp.max(x, -1, keepdims=True)}[layout]     # exact on VectorE: compare at 0
+    program = trnsim.compile(jax.jit(_two_matmul_operand(h)).lower(x, w, dy), cache=False, auto_cast="matmul",
+                             auto_cast_type=fmt)
+    assert all(s.kernel != "fused_elementwise" for s in program.plan.steps)
+    recipe = _check_step(program, [x, w, dy], 0, 0.0)
+    assert [s[0] for s in recipe.steps].count("scaled") == 2 and (recipe.cols > 0) == (layout == "rows")
+
+
+def test_per_tensor_fp8_scaling_of_more_than_sbuf_keeps_the_analytic_cost(monkeypatch: pytest.MonkeyPatch) -> None:
+    from trnsim.compiler.tilegen import build
+
+    monkeypatch.setattr(build, "KEEP_BYTES", 3 * 64 * 96 * 4 - 1)                # one byte short of the source
+    x = np.ones((3, 64, 96), np.float32)
     fn = _two_matmul_operand(lambda x: jnp.tanh(x))
-    program = trnsim.compile(jax.jit(fn).lower(x, w, dy), cache=False, auto_cast="matmul", auto_cast_type="fp8_e4m3")
+    program = trnsim.compile(jax.jit(fn).lower(x, np.ones((96, 64), np.float32), np.ones((3, 64, 64), np.float32)),
+                             cache=False, auto_cast="matmul", auto_cast_type="fp8_e4m3")
     assert program.plan.steps[0].kernel == "fused_elementwise"

@@ -15,6 +15,7 @@ from trnsim.compiler.tilegen.recipe import (
     DSL_DTYPE,
     EXACT_INDEX,
     IDENTITY,
+    KEEP_BYTES,
     MAX_INPUTS,
     MAX_LEAD_COLS,
     MAX_ROW,
@@ -65,7 +66,7 @@ def _layout(nodes: list[Node], n: int) -> tuple[int, tuple[int, ...]] | None:
             rows_needed |= tuple(node.attrs["dimensions"]) != tuple(range(x.rank)) or x.size != n
         elif node.op == "broadcast_in_dim" and node.inputs[0].type.size not in (1, node.out.type.size):
             rows_needed = True
-        elif node.op == "qdq":
+        elif node.op == "qdq" and _scaling(node) == "block":
             rows_needed = True           # MX blocks run along a row or down 32 rows
     if not rows_needed:
         return (0, full[0].type.shape) if n >= PARTITIONS and n % PARTITIONS == 0 else None
@@ -83,7 +84,15 @@ def _layout(nodes: list[Node], n: int) -> tuple[int, tuple[int, ...]] | None:
 def _along_rows(node: Node) -> bool:
     if node.op == "broadcast_in_dim":
         return node.inputs[0].type.size not in (1, node.out.type.size)
-    return node.op in ("iota", "qdq") or (node.op == "reduce" and not _unit_reduce(node))
+    if node.op == "qdq":
+        return _scaling(node) == "block"
+    return node.op == "iota" or (node.op == "reduce" and not _unit_reduce(node))
+
+
+def _scaling(node: Node) -> str:
+    from trnsim.ir.semantics.quant import QDQ_FORMATS
+
+    return QDQ_FORMATS.get(node.attrs["format"], ("", ""))[1]
 
 
 class _Builder:
@@ -105,6 +114,7 @@ class _Builder:
         self.phases: list[str] = []
         self.memo: dict[tuple[Any, ...], Ref | None] = {}
         self.along: dict[int, bool] = {}
+        self.kept: dict[Ref, int] = {}                  # bytes of the tiles kept for a per-tensor scale
 
     def along_rows(self, v: Value) -> bool:
         """Whether ``v`` is made in the group by an op that works along rows, directly or through others."""
@@ -264,6 +274,8 @@ class _Builder:
         dt = DSL_DTYPE[out_t.dtype]
         kinds = [self.kind(o) for o in operands]
         tiles = {k for k in kinds if k != "imm"}
+        if "late" in tiles:
+            return None                  # a per-tensor scaled value is made after the loop: only stored
         if kinds[0] == "red" and node.op in ("convert", "reshape", "broadcast_in_dim", "reduce") and \
                 node.inputs[0].type.size != out_t.size:
             return None                  # a leading-axis result broadcast back: it is ready only after the loop
@@ -304,6 +316,20 @@ class _Builder:
                 return None
             picked = tuple(self.const(o[1], dt) if o[0] == "imm" else o for o in operands[1:])
             step = ("select", "select", (operands[0], *picked), dt)
+        elif node.op == "qdq" and _scaling(node) == "tensor":
+            # NOTE: per-tensor scaling needs the amax of the whole tensor before any element: the step runs
+            # after the loop on its source tiles, kept in SBUF (phase ``late``); nothing in the group reads it
+            from trnsim.ir.semantics.quant import QDQ_FORMATS
+            from trnsim.isa.dtypes import DTYPES
+
+            if kinds[0] != "full" or operands[0][0] == "imm":
+                return None
+            if operands[0] not in self.kept:
+                self.kept[operands[0]] = self.n * DTYPES[DSL_DTYPE[node.inputs[0].type.dtype]].itemsize
+                if sum(self.kept.values()) > KEEP_BYTES:
+                    return None          # the kept tiles would not fit in SBUF
+
+            return self.push(("scaled", QDQ_FORMATS[node.attrs["format"]][0], (operands[0],), dt), "late", "late")
         elif node.op == "qdq":
             mx = self.mx(node)
             if mx is None or kinds[0] != "full":
@@ -456,6 +482,8 @@ class _Builder:
             return ref, dt, "row", (self.rows, 1)
         if k == "sc" and v.type.size <= min(PARTITIONS, self.rows):
             return ref, dt, "sc", (v.type.size, 1)
+        if k == "late" and v.type.size == self.n:
+            return ref, dt, "full", (self.rows, width)
         if k == "red" and v.type.size == prod(self.red_shape[ref]):
             return ref, dt, "red", self.red_shape[ref]
         return None

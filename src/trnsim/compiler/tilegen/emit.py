@@ -126,7 +126,12 @@ def _kernel() -> Any:
             return tiles
 
         # step index → block intermediates read there for the last time (never the ones the group stores)
-        stored = {r[1] for r, _ in recipe.outputs if r[0] == "tmp"}
+        # per-tensor scaled steps (phase ``late``) run after the loop on their source tiles, kept in SBUF
+        late = [i for i, ph in enumerate(phases) if ph == "late"]
+        sources = list(dict.fromkeys(recipe.steps[i][2][0] for i in late))
+        retained: dict[Ref, list[Tensor]] = {r: [] for r in sources}
+        peaks: dict[Ref, Tensor] = {r: dsl.full((PARTITIONS, 1), 0.0, "fp32") for r in sources}
+        stored = {r[1] for r, _ in recipe.outputs if r[0] == "tmp"} | {r[1] for r in sources if r[0] == "tmp"}
         last: dict[int, int] = {}
         for index, (_, _, operands, _) in enumerate(recipe.steps):
             for r in operands:
@@ -186,13 +191,23 @@ def _kernel() -> Any:
                 if dead:
                     dsl.release(*dead)
             for out, (ref, _), k in zip(outs, recipe.outputs, kinds, strict=True):
-                if k in ("full", "row"):
+                if k in ("full", "row") and not (ref[0] == "tmp" and phases[ref[1]] == "late"):
                     dsl.store(part(out, b0, bw), get(ref), queue=queue % QUEUES)
                     queue += 1
                 elif k == "sc" and i == 0:
                     dsl.store(out, get(ref)[0:out.shape[0]], queue=queue % QUEUES)
                     queue += 1
-            dsl.release(*(t for t in tiles if t is not None), *tmps.values())
+            kept: set[int] = set()
+            for r in sources:
+                t = get(r)
+                peak = dsl.sbuf((t.shape[0], 1), "fp32")
+                magnitude = dsl.activation("abs", t, dtype="fp32", reduce_op="max", reduce_res=peak)
+                whole = peaks[r][:t.shape[0]]
+                dsl.binary("max", whole, peak, out=whole)
+                dsl.release(peak, magnitude)
+                retained[r].append(t)
+                kept.add(id(t))
+            dsl.release(*(t for t in [*tiles, *tmps.values()] if t is not None and id(t) not in kept))
             loaded[i] = []
         # after the loop: leading-axis results leave PSUM, and the ops that read them run once
         for index, (kind, op, operands, dt) in enumerate(recipe.steps):
@@ -211,6 +226,28 @@ def _kernel() -> Any:
             if k == "red":
                 dsl.store(out, post[ref[1]], queue=queue % QUEUES)
                 queue += 1
+        # per-tensor scaling: the amax over the partitions (GpSimd), then a second pass over the kept tiles
+        scales: dict[Ref, Tensor] = {}
+        for r in sources:
+            amax = dsl.partition_reduce(peaks[r], "max", dtype="fp32")
+            guarded = dsl.binary("max", amax, 2.0 ** -100, dtype="fp32")    # an all-zero tensor stays 0
+            element = next(recipe.steps[i][1] for i in late if recipe.steps[i][2][0] == r)
+            scale = dsl.tensor_scalar(guarded, "div", _format_max(element), reverse0=True, dtype="fp32")
+            scales[r] = dsl.partition_broadcast(scale, PARTITIONS)
+        for i, (b0, bw) in enumerate(blocks):
+            for out, (ref, _) in zip(outs, recipe.outputs, strict=True):
+                if ref[0] != "tmp" or phases[ref[1]] != "late":
+                    continue
+                _, element, (r,), dt = recipe.steps[ref[1]]
+                x = retained[r][i]
+                column = scales[r][:x.shape[0]]
+                scaled = dsl.binary("mul", x, column, dtype="fp32")
+                codes = dsl.copy(scaled, dtype=element, engine="scalar")
+                value = dsl.binary("div", codes, column, dtype=dt)
+                dsl.store(part(out, b0, bw), value, queue=queue % QUEUES)
+                queue += 1
+                dsl.release(scaled, codes, value)
+            dsl.release(*{id(retained[r][i]): retained[r][i] for r in sources}.values())
         return tuple(outs)
 
     return fused_elementwise
@@ -296,3 +333,11 @@ def _mx_rows(dsl: Any, x: Any, fmt: Any, dt: str) -> Any:
     result = dsl.binary("mul", codes, scale.broadcast_to(shape), dtype=dt)
     dsl.release(magnitude, amax, bits, scale, inverse, scaled, clamped, codes)
     return result
+
+
+def _format_max(element: str) -> float:
+    from trnsim.numerics.formats import FloatFormat, get_format
+
+    fmt = get_format(element)
+    assert isinstance(fmt, FloatFormat)
+    return fmt.max

@@ -27,6 +27,7 @@ DSL_DTYPE: dict[str, str] = {"f32": "fp32", "bf16": "bf16", "f16": "fp16", "i1":
 REDUCE: dict[str, str] = {"add": "add", "maximum": "max", "minimum": "min"}
 IDENTITY: dict[str, float] = {"add": 0.0, "multiply": 1.0, "maximum": float("-inf"), "minimum": float("inf"),
                               "and": 1.0, "or": 0.0}
+KEEP_BYTES = 16 << 20    # tiles kept for a per-tensor scaled second pass: half of trn3's 32 MiB SBUF
 MX_BLOCK = 32             # elements sharing one E8M0 scale (numerics.mx)
 MAX_ROW = 4096            # the row layout keeps whole rows in a tile: at most 16 KiB of fp32 per partition
 
@@ -43,11 +44,13 @@ class Recipe:
     ``[rows, 1]`` column per block), ``scalar`` (one ``[128, 1]`` column), ``vec`` / ``per`` (a ``[1, cols]`` /
     ``[P, cols]`` table repeated down the rows). Step kinds: ``alu``, ``act``, ``copy``, ``select``,
     ``reduce`` (free axis), ``mx`` (an MX quantize-dequantize; op: the element format, operands: the
-    value and 0 for blocks along a row, 1 for blocks down 32 rows), ``const`` (a memset tile), ``iota``
+    value and 0 for blocks along a row, 1 for blocks down 32 rows), ``scaled`` (a per-tensor scaled
+    quantize-dequantize, op: the element format; phase ``late``), ``const`` (a memset tile), ``iota``
     (operands: the axis's stride and size in elements), ``lead`` (operands: the value and ``P``; the
     ``[P, W]`` leading-axis sum, on TensorE). ``phases`` says when each step runs: ``pre`` (once, before
-    the tile loop), ``block``, ``post`` (once, after it). Output kinds: ``full``, ``row``, ``sc`` (a scalar,
-    or a vector of one repeated scalar, from a column), ``red`` (a leading-axis result)."""
+    the tile loop), ``block``, ``post`` (once, after it), ``late`` (per tile again, after it). Output
+    kinds: ``full``, ``row``, ``sc`` (a scalar, or a vector of one repeated scalar, from a column), ``red``
+    (a leading-axis result)."""
 
     elements: int
     inputs: tuple[tuple[str, str], ...]                         # (DSL dtype, kind)
