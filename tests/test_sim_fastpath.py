@@ -301,3 +301,25 @@ def test_bfloat16_inputs_go_into_hbm_code_for_code() -> None:
     want = Device().run(program, {"x": codes.view(ml_dtypes.bfloat16).astype(np.float32)}).outputs["y"]
     assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
     assert np.array_equal(got.view(np.uint32) >> 16, codes)
+
+
+def test_placed_operands_stack_in_place_and_others_are_copied(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Slices decoded in TensorE's order lie as the blocks of the stacked matrix (``Scratch.place``): the stack
+    is a view of them, equal to the concatenation; parts out of place are copied."""
+    monkeypatch.setattr(fastpath, "SLAB_COLUMNS", 6)
+    scratch = fastpath.Scratch()
+    rng = np.random.default_rng(3)
+    parts = [[scratch.place(4, 2) for _ in range(3)] for _ in range(4)]  # [k][column], in decode order
+    for row in parts:
+        for p in row:
+            p[...] = rng.standard_normal(p.shape)
+            p.flags.writeable = False
+    columns = [[parts[k][c] for k in range(4)] for c in range(3)]
+    want = np.concatenate([np.concatenate(col) for col in columns], axis=1)
+    got = fastpath.DeferredMatmuls(scratch)._stack(columns)
+    assert np.array_equal(got, want) and np.shares_memory(got, parts[0][0])
+    swapped = [columns[1], columns[0]]
+    got = fastpath.DeferredMatmuls(scratch)._stack(swapped)
+    assert np.array_equal(got, np.concatenate([np.concatenate(col) for col in swapped], axis=1))
+    assert not np.shares_memory(got, parts[0][0])
+    scratch.release()

@@ -113,6 +113,10 @@ class Context:
         if not can_decode_into(ap.dtype):
             return self.read32(ap)
         raw = self._readable(ap)
+        if raw.ndim == 2:  # [partitions, free]: placed for in-place stacking (``Scratch.place``)
+            out = self.scratch.place(ap.partitions, ap.free_size)
+            decode_into(raw, ap.dtype, out)
+            return out
         out = self.scratch.take((ap.partitions, ap.free_size))
         decode_into(raw, ap.dtype, out.reshape(ap.shape))
         return out

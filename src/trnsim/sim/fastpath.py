@@ -46,6 +46,7 @@ STACK_BYTES = 64 << 20  # concatenated contractions kept at most (the least rece
 
 SCRATCH_CHUNK = 8 << 20  # bytes per chunk of a run's scratch arena
 SCRATCH_BYTES = 96 << 20  # arena bytes per run at most (beyond it arrays are allocated as usual)
+SLAB_COLUMNS = 512  # columns of a slab of decoded operands (``Scratch.place``): TensorE's widest moving tile
 
 Span = tuple[int, int, int, int]  # first partition, end partition, first byte, end byte
 Parts = list[NDArray[np.float32]]
@@ -74,21 +75,46 @@ class Scratch:
     def __init__(self) -> None:
         self._chunks: list[NDArray[np.uint8]] = []
         self._used = SCRATCH_CHUNK  # bytes used of the last chunk (none yet: full)
+        self._slabs: dict[tuple[int, int], tuple[NDArray[np.float32], int, int]] = {}  # (rows, cols) → slab, cursor
 
     def take(self, shape: tuple[int, ...]) -> NDArray[np.float32]:
         """An uninitialised fp32 array of ``shape``."""
         nbytes = 4 * math.prod(shape)
-        if nbytes > SCRATCH_CHUNK or (self._used + nbytes > SCRATCH_CHUNK
-                                      and len(self._chunks) * SCRATCH_CHUNK >= SCRATCH_BYTES):
+        if nbytes > SCRATCH_CHUNK or (self._used + nbytes > SCRATCH_CHUNK and not self._new_chunk()):
             return np.empty(shape, dtype=np.float32)
-        if self._used + nbytes > SCRATCH_CHUNK:
-            chunk = _POOL.pop() if _POOL else None
-            self._chunks.append(chunk if chunk is not None and chunk.size == SCRATCH_CHUNK
-                                else np.empty(SCRATCH_CHUNK, dtype=np.uint8))
-            self._used = 0
         start = self._used
         self._used += -(-nbytes // 64) * 64  # cache-line aligned
         return self._chunks[-1][start : start + nbytes].view(np.float32).reshape(shape)
+
+    def place(self, rows: int, cols: int) -> NDArray[np.float32]:
+        """An uninitialised fp32 ``[rows, cols]`` array, possibly strided: arrays of one shape are laid out in
+        turn, left to right then top to bottom, as blocks of a slab ``SLAB_COLUMNS`` wide (``cols`` wide if
+        that does not divide it). Operands decoded in the order TensorE reads them (a stationary tile's
+        column slices, then the next K tile; a moving panel's K tiles) then already form the block matrix
+        ``DeferredMatmuls`` multiplies, which ``_stack`` finds in place instead of copying."""
+        width = SLAB_COLUMNS if cols <= SLAB_COLUMNS and SLAB_COLUMNS % cols == 0 else cols
+        hit = self._slabs.get((rows, cols))
+        slab, row, col = hit if hit is not None else (None, 0, 0)
+        if col == width:
+            row, col = row + rows, 0
+        if slab is None or row + rows > slab.shape[0]:
+            height = SCRATCH_CHUNK // (4 * width)
+            if rows > height or not self._new_chunk():
+                return np.empty((rows, cols), dtype=np.float32)
+            self._used = SCRATCH_CHUNK  # the slab fills the chunk
+            slab, row, col = self._chunks[-1][: 4 * height * width].view(np.float32).reshape(height, width), 0, 0
+        self._slabs[rows, cols] = (slab, row, col + cols)
+        return slab[row : row + rows, col : col + cols]
+
+    def _new_chunk(self) -> bool:
+        """Start a new chunk (from the pool if it has one); False if the arena is at ``SCRATCH_BYTES``."""
+        if len(self._chunks) * SCRATCH_CHUNK >= SCRATCH_BYTES:
+            return False
+        chunk = _POOL.pop() if _POOL else None
+        self._chunks.append(chunk if chunk is not None and chunk.size == SCRATCH_CHUNK
+                            else np.empty(SCRATCH_CHUNK, dtype=np.uint8))
+        self._used = 0
+        return True
 
     def release(self) -> None:
         while self._chunks:
@@ -96,6 +122,7 @@ class Scratch:
             if len(_POOL) < SCRATCH_BYTES // SCRATCH_CHUNK and chunk.size == SCRATCH_CHUNK:
                 _POOL.append(chunk)
         self._used = SCRATCH_CHUNK
+        self._slabs.clear()
 
 
 class OperandCache:
@@ -185,6 +212,29 @@ def well_formed(ap: AccessPattern, s: NDArray[np.float32], v: NDArray[np.float32
     return s.ndim == 2 and v.ndim == 2 and s.shape[0] == v.shape[0] and s.shape[1] * v.shape[1] == ap.size
 
 
+def _in_place(columns: list[list[NDArray[np.float32]]]) -> NDArray[np.float32] | None:
+    """The block matrix of ``columns`` (``DeferredMatmuls._stack``) as a view, if the parts already lie in
+    memory as its blocks (``Scratch.place``): same row stride, unit column stride, each part where its block
+    goes. The parts then cover every element of the view, so it reads only their memory."""
+    first = columns[0][0]
+    rs, base = first.strides[0], first.__array_interface__["data"][0]
+    height = sum(p.shape[0] for p in columns[0])
+    c0 = 0
+    for column in columns:
+        k0 = 0
+        for p in column:
+            if (p.ndim != 2 or p.strides[1] != 4 or p.strides[0] != rs or p.shape[1] != column[0].shape[1]
+                    or p.__array_interface__["data"][0] != base + k0 * rs + c0 * 4):
+                return None
+            k0 += p.shape[0]
+        if k0 != height:
+            return None
+        c0 += column[0].shape[1]
+    if rs < 4 * c0:
+        return None
+    return np.lib.stride_tricks.as_strided(first, (height, c0), (rs, 4), writeable=False)
+
+
 def _same(a: list[NDArray[np.float32]], b: list[NDArray[np.float32]]) -> bool:
     return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
 
@@ -271,7 +321,7 @@ class DeferredMatmuls:
         """The block matrix whose column ``j`` is ``columns[j]`` concatenated along K (each column's parts
         have the same K splits). The result for read-only arrays (``OperandCache`` entries, never modified)
         is kept and reused for the same arrays: the entry holds them, so their ids are not reused while it
-        lives."""
+        lives. Parts that already lie as its blocks (``Scratch.place``) give it as a view, without a copy."""
         if len(columns) == 1 and len(columns[0]) == 1:
             return columns[0][0]
         parts = [p for column in columns for p in column]
@@ -282,14 +332,16 @@ class DeferredMatmuls:
         if hit is not None:
             self._stacks.move_to_end(key)
             return hit[1]
-        stacked = self.scratch.take((sum(p.shape[0] for p in columns[0]), sum(c[0].shape[1] for c in columns)))
-        c0 = 0
-        for column in columns:
-            k0, width = 0, column[0].shape[1]
-            for p in column:
-                stacked[k0 : k0 + p.shape[0], c0 : c0 + width] = p
-                k0 += p.shape[0]
-            c0 += width
+        stacked = _in_place(columns)
+        if stacked is None:
+            stacked = self.scratch.take((sum(p.shape[0] for p in columns[0]), sum(c[0].shape[1] for c in columns)))
+            c0 = 0
+            for column in columns:
+                k0, width = 0, column[0].shape[1]
+                for p in column:
+                    stacked[k0 : k0 + p.shape[0], c0 : c0 + width] = p
+                    k0 += p.shape[0]
+                c0 += width
         self._stacks[key] = (parts, stacked)
         self._stack_bytes += stacked.nbytes
         while self._stack_bytes > STACK_BYTES and len(self._stacks) > 1:
