@@ -13,7 +13,7 @@ step's own inputs and outputs do not fit.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any, TypeVar
 
@@ -366,6 +366,27 @@ def schedule(graph: Graph, ctx: PassContext) -> Graph:
     return graph
 
 
+HBM_ALIGN = 64   # bytes: every HBM buffer starts on a 64-byte boundary
+
+
+def first_fit_peak(blocks: Iterable[tuple[float, float, int]]) -> int:
+    """The peak HBM of first-fit placement of ``(start, end, bytes)`` buffers, each live over [start, end),
+    placed in order of start (larger first): each takes the lowest aligned offset free for its lifetime."""
+    live: list[tuple[int, int, float]] = []     # (offset, size, end)
+    peak = 0
+    for start, stop, nbytes in sorted(blocks, key=lambda b: (b[0], -b[2])):
+        live = [(o, n, e) for o, n, e in live if e > start]
+        need = -(-nbytes // HBM_ALIGN) * HBM_ALIGN
+        offset = 0
+        for o, n, _ in sorted(live):
+            if offset + need <= o:
+                break
+            offset = max(offset, o + n)
+        live.append((offset, need, stop))
+        peak = max(peak, offset + need)
+    return peak
+
+
 def allocate(graph: Graph, ctx: PassContext) -> Graph:
     """HBM offsets for values crossing steps (parameters and results live for the whole program)."""
     plan: Plan = ctx.plan
@@ -395,19 +416,7 @@ def allocate(graph: Graph, ctx: PassContext) -> Graph:
         death[r.id] = end + 1.0
     for p in graph.params:
         death[p.id] = end + 1.0
-    events = sorted(crossing, key=lambda vid: (birth[vid], -size[vid]))
-    live: list[tuple[int, int, int]] = []     # (offset, size, vid)
-    peak = 0
-    for vid in events:
-        live = [(o, n, w) for o, n, w in live if death.get(w, end) > birth[vid]]
-        need = (size[vid] + 63) // 64 * 64
-        offset = 0
-        for o, n, _ in sorted(live):
-            if offset + need <= o:
-                break
-            offset = max(offset, o + n)
-        live.append((offset, need, vid))
-        peak = max(peak, offset + need)
+    peak = first_fit_peak((birth[vid], death.get(vid, end), size[vid]) for vid in crossing)
     limit = ctx.options.hbm_limit_bytes or ctx.spec.hbm_bytes
     plan.hbm_peak = peak
     plan.hbm_capacity = limit

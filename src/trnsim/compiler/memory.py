@@ -30,7 +30,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from trnsim.compiler.lowering import Plan, Step, reads, run_schedule
+from trnsim.compiler.lowering import Plan, Step, first_fit_peak, reads, run_schedule
 from trnsim.errors import CompileError
 from trnsim.ir.graph import Graph, Node
 from trnsim.ir.rules import lookup
@@ -166,21 +166,8 @@ def _pressure(values: Iterable[Live], steps: int) -> list[int]:
 
 
 def _first_fit(values: Iterable[Live]) -> int:
-    """The peak of first-fit offsets over the segments in step order (the same rule as ``allocate``)."""
-    segments = sorted(((a, b, live.size) for live in values for a, b in live.segments()),
-                      key=lambda t: (t[0], -t[2]))
-    placed: list[tuple[int, int, int]] = []       # (offset, size, last step)
-    peak = 0
-    for a, b, size in segments:
-        placed = [p for p in placed if p[2] >= a]
-        offset = 0
-        for o, n, _ in sorted(placed):
-            if offset + size <= o:
-                break
-            offset = max(offset, o + n)
-        placed.append((offset, size, b))
-        peak = max(peak, offset + size)
-    return peak
+    """The peak of first-fit offsets over the segments in step order (``allocate``'s rule)."""
+    return first_fit_peak((a, b + 1, live.size) for live in values for a, b in live.segments())
 
 
 # ---- choices --------------------------------------------------------------------------------------------
