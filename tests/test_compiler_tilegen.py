@@ -329,3 +329,31 @@ def test_per_tensor_fp8_scaling_of_more_than_sbuf_keeps_the_analytic_cost(monkey
     program = trnsim.compile(jax.jit(fn).lower(x, np.ones((96, 64), np.float32), np.ones((3, 64, 64), np.float32)),
                              cache=False, auto_cast="matmul", auto_cast_type="fp8_e4m3")
     assert program.plan.steps[0].kernel == "fused_elementwise"
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("h", ["tanh", "double"])
+def test_int4_group_quantize_dequantize_is_generated_and_exact_on_the_simulator(h: str, dtype: str) -> None:
+    rng = np.random.default_rng(6)
+    x = (rng.standard_normal((3, 64, 96)) * np.exp(rng.standard_normal((3, 64, 96)))).astype(np.float32)
+    x[0, :32, :32] = 0.0                                 # an all-zero group in both directions
+    x[1, :32, :32] = rng.integers(-13, 14, (32, 32)) / 2.0   # doubled, x / scale is k / 2: ties round to even
+    x[1, 0, :32], x[1, :32, 0] = 7.0, -7.0               # amax 7 in every row and column of the block
+    x[2, :32, 32:64] *= 2.0 ** -135                      # subnormal elements and scales
+    x = x.astype(dtype)
+    w = rng.standard_normal((96, 64)).astype(dtype)
+    dy = rng.standard_normal((3, 64, 64)).astype(dtype)
+    fn = _two_matmul_operand({"tanh": lambda x: jnp.tanh(x) * 3.0 + x, "double": lambda x: x * 2.0}[h])
+    program = trnsim.compile(jax.jit(fn).lower(x, w, dy), cache=False, auto_cast="matmul", auto_cast_type="int4")
+    assert program.plan.steps[0].kernel == "generated_elementwise"    # 192 rows: a full tile and a ragged one
+    recipe = _check_step(program, [x, w, dy], 0, 0.0)
+    assert sorted(s[2][1][1] for s in recipe.steps if s[0] == "group") == [0.0, 1.0]
+    assert all(s.kernel != "fused_elementwise" for s in program.plan.steps)
+
+
+def test_int4_groups_that_do_not_tile_the_rows_keep_the_analytic_cost() -> None:
+    x = np.ones((3, 64, 80), np.float32)                 # 80 columns: the last group of each row is ragged
+    fn = _two_matmul_operand(lambda x: jnp.tanh(x))
+    program = trnsim.compile(jax.jit(fn).lower(x, np.ones((80, 64), np.float32), np.ones((3, 64, 64), np.float32)),
+                             cache=False, auto_cast="matmul", auto_cast_type="int4")
+    assert program.plan.steps[0].kernel == "fused_elementwise"

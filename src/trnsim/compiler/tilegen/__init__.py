@@ -29,11 +29,14 @@ result and the ops that follow it (phase ``post``) run once after the loop. The 
 before a matmul is an ``mx`` step in the row layout: block amax by one free-axis ``tensor_reduce`` of the
 tile viewed ``[rows, cols / 32, 32]``, the E8M0 scale from its exponent bits (an integer ``and``), the
 element rounding a dtype-converting copy; blocks down 32 rows run the same on the TensorE transpose of the
-tile. A per-tensor scaled (fp8) ``qdq`` needs the whole tensor's amax first: each tile of its source stays
-in SBUF, ScalarE's ``abs`` with a fused max keeps a running column, and after the loop (phase ``late``)
-GpSimd reduces it across partitions and a second pass scales, rounds (a dtype-converting copy) and stores the
-kept tiles; a source larger than SBUF falls back. Groups that fit none of this (reductions over middle axes,
-max over the leading axes, int4 group scaling) keep the analytic cost of ``costs.fused_cost``.
+tile. An int4 ``qdq`` (a ``group`` step) is the same with an fp32 scale per 32 elements: ``amax / 7``, the
+division by it rounded to nearest even by writing int4 codes, dequantized by a multiply. A per-tensor scaled
+(fp8) ``qdq`` needs the whole tensor's amax first: each tile of its source stays in SBUF, ScalarE's ``abs``
+with a fused max keeps a running column, and after the loop (phase ``late``) GpSimd reduces it across
+partitions and a second pass scales, rounds (a dtype-converting copy) and stores the kept tiles; a source
+larger than SBUF falls back. Groups that fit none of this (reductions over middle axes, max over the leading
+axes, rows longer than ``MAX_ROW``, MX blocks or int4 groups that do not tile the quantized axis) keep the
+analytic cost of ``costs.fused_cost``.
 """
 
 from __future__ import annotations

@@ -66,8 +66,8 @@ def _layout(nodes: list[Node], n: int) -> tuple[int, tuple[int, ...]] | None:
             rows_needed |= tuple(node.attrs["dimensions"]) != tuple(range(x.rank)) or x.size != n
         elif node.op == "broadcast_in_dim" and node.inputs[0].type.size not in (1, node.out.type.size):
             rows_needed = True
-        elif node.op == "qdq" and _scaling(node) == "block":
-            rows_needed = True           # MX blocks run along a row or down 32 rows
+        elif node.op == "qdq" and _scaling(node) in ("block", "group"):
+            rows_needed = True           # MX blocks and int4 groups run along a row or down 32 rows
     if not rows_needed:
         return (0, full[0].type.shape) if n >= PARTITIONS and n % PARTITIONS == 0 else None
     # NOTE: elementwise ops see the same row-major order whatever a full value's shape; only the ops that
@@ -85,7 +85,7 @@ def _along_rows(node: Node) -> bool:
     if node.op == "broadcast_in_dim":
         return node.inputs[0].type.size not in (1, node.out.type.size)
     if node.op == "qdq":
-        return _scaling(node) == "block"
+        return _scaling(node) in ("block", "group")
     return node.op == "iota" or (node.op == "reduce" and not _unit_reduce(node))
 
 
@@ -331,10 +331,10 @@ class _Builder:
 
             return self.push(("scaled", QDQ_FORMATS[node.attrs["format"]][0], (operands[0],), dt), "late", "late")
         elif node.op == "qdq":
-            mx = self.mx(node)
-            if mx is None or kinds[0] != "full":
+            grouped = self.grouped(node)
+            if grouped is None or kinds[0] != "full":
                 return None
-            step = ("mx", mx[0], (operands[0], ("imm", float(mx[1]))), dt)
+            step = (grouped[0], grouped[1], (operands[0], ("imm", float(grouped[2]))), dt)
         elif node.op == "clamp" and kinds[1] != "imm":
             lo = self.push(("alu", "max", (operands[1], operands[0]), dt), result)
             if result == "red":
@@ -350,24 +350,28 @@ class _Builder:
             self.red_shape[ref] = next(self.red_shape[o] for o in operands if o[0] != "imm")
         return ref
 
-    def mx(self, node: Node) -> tuple[str, int] | None:
-        """(element format, 0 for blocks along a row | 1 for blocks down 32 rows) of an MX ``qdq`` in the row
-        layout, or None: per-tensor (fp8) and int4 group scaling keep the analytic cost."""
-        from trnsim.ir.semantics.quant import QDQ_FORMATS
+    def grouped(self, node: Node) -> tuple[str, str, int] | None:
+        """(step kind, element format, 0 for groups along a row | 1 for groups down 32 rows) of a ``qdq`` with
+        a scale per 32 elements in the row layout: ``mx`` for MX blocks (an E8M0 scale), ``group`` for int4
+        groups (an fp32 scale); None for other scalings, or groups that do not tile the rows."""
+        from trnsim.ir.semantics.quant import GROUP, QDQ_FORMATS
         from trnsim.isa.dtypes import DTYPES
 
         fmt, scaling = QDQ_FORMATS.get(node.attrs["format"], ("", ""))
         shape = node.inputs[0].type.shape
-        if scaling != "block" or not self.cols or len(shape) < 2 or node.inputs[0].type.size != self.n or \
-                shape[-1] != self.cols:
+        if scaling not in ("block", "group") or not self.cols or len(shape) < 2 or \
+                node.inputs[0].type.size != self.n or shape[-1] != self.cols:
             return None
-        element = DTYPES[fmt].element
+        if scaling == "block":
+            kind, size, element = "mx", MX_BLOCK, DTYPES[fmt].element
+        else:
+            kind, size, element = "group", GROUP, fmt
         assert element is not None
         axis = int(node.attrs.get("axis", -1)) % len(shape)
-        if axis == len(shape) - 1 and self.cols % MX_BLOCK == 0:
-            return element, 0
-        if axis == len(shape) - 2 and shape[axis] % MX_BLOCK == 0:
-            return element, 1            # whole blocks of consecutive rows, 32-aligned in every tile
+        if axis == len(shape) - 1 and self.cols % size == 0:
+            return kind, element, 0
+        if axis == len(shape) - 2 and shape[axis] % size == 0:
+            return kind, element, 1      # whole groups of consecutive rows, 32-aligned in every tile
         return None
 
     def reduce(self, node: Node) -> Ref | None:

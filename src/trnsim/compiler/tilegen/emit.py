@@ -4,6 +4,7 @@ leading-axis sums on TensorE and stores the outputs."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from trnsim.compiler.tilegen.recipe import (
@@ -269,8 +270,8 @@ def _compute(dsl: Any, kind: str, op: str, args: list[Any], dt: str, shape: tupl
         return dsl.where(args[0], args[1], args[2], dtype=dt)
     if kind == "const":
         return dsl.full(shape, args[0], dt)
-    if kind == "mx":
-        return _mx(dsl, args[0], op, int(args[1]), dt)
+    if kind in _GROUPED:
+        return _grouped(dsl, _GROUPED[kind], args[0], op, int(args[1]), dt)
     assert kind == "iota", kind
     # the index along one axis from the flat element index e: (e mod (stride * size)) div stride
     stride, size = int(args[0]), int(args[1])
@@ -284,40 +285,42 @@ def _compute(dsl: Any, kind: str, op: str, args: list[Any], dt: str, shape: tupl
     return index if dt == "int32" else dsl.copy(index, dtype=dt)
 
 
-def _mx(dsl: Any, x: Any, element: str, down: int, dt: str) -> Any:
-    """MX quantize-dequantize of a ``[rows, cols]`` tile, blocks of 32 along each row (``down`` 0) or down 32
-    consecutive rows (1), as ``numerics.mx`` computes it (the floor scale rule, RNE, saturating).
+def _grouped(dsl: Any, rows_qdq: Callable[[Any, Any, str, str], Any], x: Any, element: str, down: int,
+             dt: str) -> Any:
+    """A quantize-dequantize of a ``[rows, cols]`` tile with one scale per group of 32 elements along each
+    row (``down`` 0) or down 32 consecutive rows (1); ``rows_qdq`` does it along the rows of a tile.
 
-    NOTE: blocks down the rows span 32 partitions. TensorE transposes the tile (bit-exact, up to 128 columns
-    at a time), the blocks run along its rows there, and it transposes the result back: two identity
-    matmuls per chunk instead of a GpSimd partition reduce and broadcast per block (8 per 128-row tile, on
-    the engine slowest per element): 22.7 vs 30.7 us for a [1024, 128] qdq alone."""
-    from trnsim.numerics.formats import FloatFormat, get_format
-
-    fmt = get_format(element)
-    assert isinstance(fmt, FloatFormat)
+    NOTE: groups down the rows span 32 partitions. TensorE transposes the tile (bit-exact, up to 128 columns
+    at a time), the groups run along its rows there, and it transposes the result back: two identity
+    matmuls per chunk instead of a GpSimd partition reduce and broadcast per group (8 per 128-row tile, on
+    the engine slowest per element): 22.7 vs 30.7 us for a [1024, 128] MX qdq alone."""
     if not down:
-        return _mx_rows(dsl, x, fmt, dt)
+        return rows_qdq(dsl, x, element, dt)
     rows, cols = x.shape
     result = dsl.sbuf((rows, cols), dt)
     for c0 in range(0, cols, PARTITIONS):
         c1 = min(cols, c0 + PARTITIONS)
         flipped = dsl.transpose(x[:, c0:c1])
-        chunk = _mx_rows(dsl, flipped, fmt, "fp32")
+        chunk = rows_qdq(dsl, flipped, element, "fp32")
         back = dsl.transpose(chunk)
         dsl.copy(back, out=result[:, c0:c1])
         dsl.release(flipped, chunk, back)
     return result
 
 
-def _mx_rows(dsl: Any, x: Any, fmt: Any, dt: str) -> Any:
-    """MX quantize-dequantize of ``x[P, F]`` in blocks of 32 along each row (F a multiple of 32):
+def _mx_rows(dsl: Any, x: Any, element: str, dt: str) -> Any:
+    """MX quantize-dequantize of ``x[P, F]`` in blocks of 32 along each row (F a multiple of 32), as
+    ``numerics.mx`` computes it (the floor scale rule, RNE, saturating):
 
         amax   = max |x| over the block                                      # the tile as [P, F / 32, 32]
         scale  = bitcast(bitcast(amax, int32) & 0x7F800000, fp32) / 2^emax   # 2^(floor(log2 amax) - emax)
         q      = round(clamp(x / scale, -max, max), element)                 # a dtype-converting copy
         result = q * scale
     """
+    from trnsim.numerics.formats import FloatFormat, get_format
+
+    fmt = get_format(element)
+    assert isinstance(fmt, FloatFormat)
     rows, cols = x.shape
     shape = (rows, cols // MX_BLOCK, MX_BLOCK)
     magnitude = dsl.sbuf(shape, "fp32")
@@ -333,6 +336,39 @@ def _mx_rows(dsl: Any, x: Any, fmt: Any, dt: str) -> Any:
     result = dsl.binary("mul", codes, scale.broadcast_to(shape), dtype=dt)
     dsl.release(magnitude, amax, bits, scale, inverse, scaled, clamped, codes)
     return result
+
+
+def _int_rows(dsl: Any, x: Any, element: str, dt: str) -> Any:
+    """Symmetric integer quantize-dequantize of ``x[P, F]`` in groups of 32 along each row (F a multiple of
+    32), as ``numerics.intq`` computes it for ``granularity="group"`` (int4: ``qmax`` 7):
+
+        amax   = max |x| over the group                 # the tile as [P, F / 32, 32]
+        scale  = max(amax / qmax, 2^-149)               # fp32; intq's scale 1 of an all-zero group alike: q = 0
+        q      = x / scale                              # written as int4 codes: RNE, |q| <= qmax
+        result = q * scale
+
+    NOTE: the division and the write's rounding are intq's own float32 ``rint(x / scale)``: the same
+    correctly rounded fp32 quotient, rounded half to even. No clamp is needed: ``scale`` is ``amax / qmax``
+    rounded, at least ``amax / qmax * (1 - 2^-24)``, so ``|x / scale|`` rounds to at most ``qmax``."""
+    from trnsim.ir.semantics.quant import GROUP
+    from trnsim.numerics.formats import IntFormat, get_format
+
+    fmt = get_format(element)
+    assert isinstance(fmt, IntFormat)
+    rows, cols = x.shape
+    shape = (rows, cols // GROUP, GROUP)
+    magnitude = dsl.sbuf(shape, "fp32")
+    dsl.activation("abs", x, out=magnitude)
+    amax = dsl.reduce("max", magnitude, axis=-1, dtype="fp32")
+    scale = dsl.tensor_scalar(amax, "div", float(fmt.max), "max", 2.0 ** -149, dtype="fp32")
+    codes = dsl.binary("div", x, scale.broadcast_to(shape), dtype=fmt.name)
+    result = dsl.binary("mul", codes, scale.broadcast_to(shape), dtype=dt)
+    dsl.release(magnitude, amax, scale, codes)
+    return result
+
+
+# grouped quantize-dequantize step kind → its computation along the rows of a tile
+_GROUPED: dict[str, Callable[[Any, Any, str, str], Any]] = {"mx": _mx_rows, "group": _int_rows}
 
 
 def _format_max(element: str) -> float:

@@ -44,7 +44,8 @@ class Recipe:
     ``[rows, 1]`` column per block), ``scalar`` (one ``[128, 1]`` column), ``vec`` / ``per`` (a ``[1, cols]`` /
     ``[P, cols]`` table repeated down the rows). Step kinds: ``alu``, ``act``, ``copy``, ``select``,
     ``reduce`` (free axis), ``mx`` (an MX quantize-dequantize; op: the element format, operands: the
-    value and 0 for blocks along a row, 1 for blocks down 32 rows), ``scaled`` (a per-tensor scaled
+    value and 0 for blocks along a row, 1 for blocks down 32 rows), ``group`` (an int4 quantize-dequantize
+    with an fp32 scale per 32 elements, operands as ``mx``), ``scaled`` (a per-tensor scaled
     quantize-dequantize, op: the element format; phase ``late``), ``const`` (a memset tile), ``iota``
     (operands: the axis's stride and size in elements), ``lead`` (operands: the value and ``P``; the
     ``[P, W]`` leading-axis sum, on TensorE). ``phases`` says when each step runs: ``pre`` (once, before
