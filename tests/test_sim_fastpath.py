@@ -255,6 +255,29 @@ def test_dma_copies_fast_equals_plain_bit_for_bit() -> None:
     assert np.array_equal(runs[0]["z"].view(np.uint32), want.reshape(64, 400))
 
 
+def test_tensor_copies_fast_equals_plain_bit_for_bit() -> None:
+    """``Context.copy_values``: fp32 → bf16 rounded view to view (ties, overflow, subnormals, NaNs of both
+    signs and every payload kind), same-dtype copies as codes (bf16 and fp32, NaN payloads kept), a cast
+    onto its own source bytes and a reshaping copy (both the plain path's)."""
+    codes = np.random.default_rng(7).integers(0, 2**32, (128, 64), dtype=np.uint64).astype(np.uint32)
+    codes[0, :12] = [0x7F800001, 0xFF800001, 0x7FC00000, 0xFFFFFFFF, 0x7F7FFFFF, 0x3F808000, 0x3F818000,
+                     0x00000001, 0x80008000, 0x7F800000, 0x7FFF8000, 0x477FF000]
+    src = tile("sbuf", "fp32", (128, 64), offset=0)
+    rounded, copied = tile("sbuf", "bf16", (128, 64), offset=1024), tile("sbuf", "fp32", (128, 64), offset=2048)
+    again, inplace = tile("sbuf", "bf16", (128, 64), offset=4096), tile("sbuf", "bf16", (128, 64), offset=0)
+    reshaped = AccessPattern("sbuf", "bf16", 0, 128, ((32, 2), (1, 32)), offset=6144)
+    compute = [("vector", TensorCopy(rounded, src)), ("vector", TensorCopy(copied, src)),
+               ("scalar", TensorCopy(again, rounded)), ("vector", TensorCopy(reshaped, src)),
+               ("gpsimd", TensorCopy(inplace, src))]
+    program = tile_program(compute, {"x": src}, {"r": rounded, "f": copied, "h": again, "i": inplace,
+                                                 "s": tile("sbuf", "bf16", (128, 64), offset=6144)})
+    runs = both(program, {"x": codes.view(np.float32)})
+    assert_same(runs)
+    assert np.array_equal(runs[0]["f"].view(np.uint32), codes)
+    for name in ("r", "h", "s", "i"):
+        assert np.array_equal(runs[0][name].view(np.uint32), runs[0]["r"].view(np.uint32)), name
+
+
 # ---------------------------------------------------------------- access patterns' cached values
 def test_access_pattern_caches_are_per_pattern_and_not_pickled() -> None:
     a = tile("sbuf", "bf16", (128, 64), offset=256)

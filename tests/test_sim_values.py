@@ -101,3 +101,18 @@ def test_encode_into_takes_every_bfloat16_code_as_its_fp32_value_would_encode() 
     values.encode_into(codes.view(ml_dtypes.bfloat16), "bf16", out)
     assert np.array_equal(out, codes)
     assert np.array_equal(values.encode_values(codes.view(ml_dtypes.bfloat16).astype(np.float32), "bf16"), codes)
+
+
+@pytest.mark.parametrize("raw_type", [np.uint16, np.uint32])
+def test_bf16_decoders_widen_every_code_bit_for_bit(raw_type: type) -> None:
+    """Both bf16 decoders (ml_dtypes' widening for uint16 codes, the shift otherwise) give ``code << 16`` for
+    all 65,536 codes, NaN payloads and signs included, from contiguous and strided memory."""
+    codes = np.arange(2**16, dtype=np.uint32)
+    expect = codes << 16
+    wide = np.empty((256, 512), dtype=raw_type)
+    wide[:, ::2] = codes.reshape(256, 256)
+    for raw in (codes.astype(raw_type).reshape(256, 256), wide[:, ::2]):
+        assert np.array_equal(values.decode_raw32(raw, "bf16").view(np.uint32), expect.reshape(256, 256))
+        out = np.empty((256, 768), dtype=np.float32)[:, ::3]
+        values.decode_into(raw, "bf16", out)
+        assert np.array_equal(out.view(np.uint32), expect.reshape(256, 256))

@@ -17,9 +17,9 @@ import numpy as np
 from numpy.typing import NDArray
 
 from trnsim.isa.ap import AccessPattern
-from trnsim.sim.fastpath import DeferredMatmuls, OperandCache, Scratch, copy_view, well_formed
+from trnsim.sim.fastpath import DeferredMatmuls, OperandCache, Scratch, copy_view, overlap, span, well_formed
 from trnsim.sim.memory import RAW, DenseMemory, Fault, Memory, Region, SparseMemory
-from trnsim.sim.values import can_decode_into, decode_into, decode_raw, decode_raw32, encode_values
+from trnsim.sim.values import bf16_round_into, can_decode_into, decode_into, decode_raw, decode_raw32, encode_values
 
 
 class Context:
@@ -90,6 +90,25 @@ class Context:
         raw = self._readable(src)
         _, reg = self.region(dst)
         copy_view(reg.view(dst), raw if raw.shape == dst.shape else raw.reshape(dst.shape))
+        self._mark_written(dst, reg)
+
+    def copy_values(self, dst: AccessPattern, src: AccessPattern) -> None:
+        """``write(dst, read32(src))``. The fast path rounds an fp32 source to bf16 view to view with RNE
+        (``values.bf16_round_into``), without the fp32 copy, the codes array and the second copy; a bf16 or
+        fp32 copy to its own dtype is a copy of the codes (decoding widens exactly and encoding gives the code
+        back, NaN payloads included)."""
+        fast = self.operands is not None and self.rounding == "rne"  # stochastic rounding draws from the generator
+        if fast and src.dtype == dst.dtype in ("bf16", "fp32") and src.size == dst.size:
+            self.copy_raw(dst, src)
+            return
+        if not (fast and src.dtype == "fp32" and dst.dtype == "bf16" and src.shape == dst.shape
+                and src.on_chip and dst.on_chip) or (src.memory == dst.memory and overlap(span(src), span(dst))):
+            self.write(dst, self.read32(src))  # (the last: a cast onto its own bytes)
+            return
+        raw = self._readable(src)
+        _, reg = self.region(dst)
+        view = reg.view(dst)
+        bf16_round_into(raw.view(np.float32), view)
         self._mark_written(dst, reg)
 
     def read(self, ap: AccessPattern) -> NDArray[np.float64]:

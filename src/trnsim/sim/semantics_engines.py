@@ -65,7 +65,7 @@ def tensor_scalar(ctx: Context, ins: TensorScalar) -> None:
 
 @semantics(TensorCopy)
 def tensor_copy(ctx: Context, ins: TensorCopy) -> None:
-    ctx.write(ins.dst, ctx.read32(ins.src))
+    ctx.copy_values(ins.dst, ins.src)  # = ctx.write(ins.dst, ctx.read32(ins.src))
 
 
 @semantics(Select)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 from numpy.typing import NDArray
 
@@ -44,6 +45,8 @@ def decode_raw(raw: NDArray[Any], dtype: str) -> NDArray[np.float64]:
 
 
 def _bf16_to_fp32(raw: NDArray[Any]) -> NDArray[np.float32]:
+    if raw.dtype == np.uint16:  # see ``_bf16_into``
+        return raw.view(ml_dtypes.bfloat16).astype(np.float32)
     return np.left_shift(raw, 16, dtype=np.uint32, casting="unsafe").view(np.float32)  # one pass, widening
 
 
@@ -60,7 +63,12 @@ _DECODE32: dict[str, Any] = {"bf16": _bf16_to_fp32, "fp16": _fp16_to_fp32, "fp32
 
 
 def _bf16_into(raw: NDArray[Any], out: NDArray[np.float32]) -> None:
-    np.left_shift(raw, 16, out=out.view(np.uint32), dtype=np.uint32, casting="unsafe")
+    # NOTE: ml_dtypes widens bf16 by the same 16-bit shift (NaN payloads kept; tested on every code), about 2x
+    # faster than numpy's uint16 → uint32 cast and shift, which runs through a buffer
+    if raw.dtype == np.uint16:
+        np.copyto(out, raw.view(ml_dtypes.bfloat16), casting="unsafe")
+    else:
+        np.left_shift(raw, 16, out=out.view(np.uint32), dtype=np.uint32, casting="unsafe")
 
 
 def _fp16_into(raw: NDArray[Any], out: NDArray[np.float32]) -> None:
@@ -128,6 +136,18 @@ def _bf16_codes(x: NDArray[Any], out: NDArray[np.uint16] | None = None) -> NDArr
         top = (u[nan] >> 16).astype(np.uint16)
         out[nan] = np.where((top & 0x7F) == 0, top | 0x40, top)
     return out.reshape(np.shape(x)) if shaped else out
+
+
+def bf16_round_into(x: NDArray[np.float32], out: NDArray[np.uint16]) -> None:
+    """``out[...] = encode_values(x, "bf16")`` for fp32 ``x`` and codes ``out`` of one shape, any strides, not
+    overlapping: ml_dtypes' cast rounds to nearest even with overflow to inf, as ``_bf16_codes`` does (tested
+    equal on random bit patterns), and NaNs, which it makes canonical, get ``_bf16_codes``' codes after."""
+    with np.errstate(invalid="ignore"):
+        np.copyto(out.view(ml_dtypes.bfloat16), x, casting="unsafe")
+    if x.size and np.isnan(x.max()):  # max propagates NaN: one cheap pass
+        nan = np.isnan(x)
+        top = (x[nan].view(np.uint32) >> 16).astype(np.uint16)
+        out[nan] = np.where((top & 0x7F) == 0, top | 0x40, top)
 
 
 def _fp16_codes(x: NDArray[Any]) -> NDArray[np.uint16]:
