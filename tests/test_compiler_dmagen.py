@@ -3,7 +3,10 @@ the functional simulator, and that a transposing copy the DMA-transpose path can
 
 from __future__ import annotations
 
+from typing import Any
+
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -111,3 +114,134 @@ def test_a_constant_broadcast_into_a_tensor_is_a_fill_and_an_inserted_unit_axis_
     assert layout is not None and layout.value == 2.5
     filled = trnsim.run_kernel(dmagen._kernel(), np.zeros((1,), np.float32), layout=layout).outputs[0]  # pyright: ignore[reportPrivateUsage]
     np.testing.assert_array_equal(filled, np.full((40, 96), 2.5, np.float32))
+
+
+# ---- one element per row: indirect DMA picks by flat address --------------------------------------------
+
+def _pick(pick: dmagen.Pick, idx: np.ndarray, x: np.ndarray | None, upd: np.ndarray | None = None) -> np.ndarray:
+    """The pick kernel on the functional simulator (x, idx and upd laid flat as [n, 1])."""
+    args = [idx.reshape(-1, 1), None if pick.zero or x is None else x.reshape(-1, 1),
+            None if upd is None else upd.reshape(-1, 1)]
+    while args[-1] is None:
+        args.pop()
+    specs = [None if s is None else (s.shape, s.dtype) for s in dmagen.pick_specs(pick)][: len(args)]
+    verify(dmagen.pick_kernel().compile_specs(specs, "trn3", {"pick": pick}).program, registry.get("trn3"))
+    return trnsim.run_kernel(dmagen.pick_kernel(), *args, pick=pick).outputs[0]
+
+
+def _bits(a: np.ndarray) -> np.ndarray:
+    return np.asarray(a, np.float32).view(np.uint32)
+
+
+# (outer, width, inner): rows and widths that are not multiples of 128; inner > 1 picks along a middle axis
+SHAPES = [(300, 1000, 1), (2, 5000, 1), (5, 130, 7), (3, 40, 200)]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("shape", SHAPES)
+def test_a_pick_gather_moves_one_element_per_row_exactly_and_clamps_as_stablehlo(
+        shape: tuple[int, int, int], dtype: str) -> None:
+    outer, width, inner = shape
+    rng = np.random.default_rng(outer * width + inner)
+    x = rng.standard_normal(shape).astype(dtype)
+    idx = rng.integers(-3, width + 3, (outer, inner)).astype(np.int32)     # some out of range: clamped
+    pick = dmagen.Pick("gather", outer, width, inner, "fp32" if dtype == "float32" else "bf16")
+    got = _pick(pick, idx, x).reshape(outer, inner)
+    want = np.take_along_axis(x, np.clip(idx, 0, width - 1)[:, None, :], axis=1)[:, 0, :]
+    np.testing.assert_array_equal(_bits(got), _bits(want))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("zero", [True, False])
+@pytest.mark.parametrize("shape", SHAPES)
+def test_a_pick_scatter_add_matches_add_at_bit_for_bit_and_drops_out_of_range_updates(
+        shape: tuple[int, int, int], zero: bool, dtype: str) -> None:
+    outer, width, inner = shape
+    rng = np.random.default_rng(outer + width * inner)
+    base = np.zeros(shape, np.float32) if zero else rng.standard_normal(shape).astype(np.float32)
+    if not zero:
+        base.reshape(-1)[7] = np.nan
+    upd = rng.standard_normal((outer, inner)).astype(np.float32)
+    upd.reshape(-1)[::5] = -0.0
+    idx = rng.integers(-3, width + 3, (outer, inner)).astype(np.int32)
+    rows, cols = np.nonzero((idx < 0) | (idx >= width))
+    if not zero:           # where a dropped update's clamped address lands: a -0.0 that adding +0.0 would flip
+        base[rows, np.clip(idx[rows, cols], 0, width - 1), cols] = -0.0
+    base, upd = base.astype(dtype).astype(np.float32), upd.astype(dtype).astype(np.float32)
+    pick = dmagen.Pick("scatter_add", outer, width, inner, "fp32" if dtype == "float32" else "bf16", zero=zero)
+    got = _pick(pick, idx, base.astype(dtype), upd.astype(dtype)).reshape(shape)
+    want = base.copy()
+    inside = (idx >= 0) & (idx < width)
+    rows, cols = np.nonzero(inside)
+    np.add.at(want, (rows, idx[inside], cols), upd[inside])
+    np.testing.assert_array_equal(_bits(got), _bits(want.astype(dtype)))
+
+
+@pytest.mark.parametrize(("index_dtype", "dsl_dtype"), [("uint32", "uint32"), ("int16", "int16"), ("uint8", "uint8")])
+def test_a_pick_takes_any_integer_index_type(index_dtype: str, dsl_dtype: str) -> None:
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((150, 300)).astype(np.float32)
+    idx = rng.integers(0, 300 if index_dtype != "uint8" else 256, (150, 1)).astype(index_dtype)
+    idx[:3] = np.iinfo(index_dtype).max                                   # clamped to the last element
+    pick = dmagen.Pick("gather", 150, 300, 1, "fp32", dsl_dtype)
+    got = _pick(pick, idx, x).reshape(150, 1)
+    np.testing.assert_array_equal(got, np.take_along_axis(x, np.minimum(idx.astype(np.int64), 299), axis=1))
+
+
+def test_pick_tiles_keep_flat_addresses_exact_in_the_fp32_alu() -> None:
+    wide = dmagen.Pick("gather", 1000, 2**20, 1, "fp32")
+    assert wide.tile_rows == 16 and all(p * 2**20 <= dmagen.EXACT for _, p, _ in wide.tiles())
+    assert dmagen.Pick("gather", 4, 40, 300, "fp32").tiles()[:3] == [(0, 128, 0), (128, 128, 128), (256, 44, 256)]
+
+
+def _index_steps(program: trnsim.CompiledProgram) -> list[Any]:
+    return [s for s in program.plan.steps if {"gather", "scatter"} & set(s.ops)]
+
+
+def test_take_along_a_5000_wide_axis_and_its_gradient_are_generated_dma_picks_that_match_jax() -> None:
+    from trnsim.ir.interp import Env, Interpreter
+
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((3, 70, 5000)).astype(np.float32)             # 210 rows, beyond the one-hot's 4096
+    labels = rng.integers(0, 5000, (3, 70, 1)).astype(np.int32)
+
+    def loss(x: jax.Array, labels: jax.Array) -> jax.Array:
+        return -jnp.take_along_axis(x, labels, axis=-1).sum()
+
+    for fn in (loss, jax.grad(loss)):
+        jitted = trnsim.jit(fn, cache=False)
+        got, want = jitted(x, labels), jax.jit(fn)(x, labels)
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=0)
+        program = jitted.last_program
+        assert program is not None
+        (step,) = _index_steps(program)
+        assert step.kernel == "generated_dma" and step.instructions["dma"] > 0 and step.dma_seconds > 0
+        node = program.graph.nodes[step.nodes[-1]]
+        pick = dmagen.pick_for(node)
+        assert pick is not None and (pick.outer, pick.width, pick.inner) == (210, 5000, 1)
+        env, interp = Env(), Interpreter()
+        for p, a in zip(program.graph.params, (x, labels), strict=True):
+            env[p.id] = a
+        for n in program.graph.nodes:
+            for v, a in zip(n.outputs, interp.run_node(n, [env[u.id] for u in n.inputs], env), strict=True):
+                env[v.id] = a
+        values = [np.asarray(env[v.id]) for v in node.inputs]
+        kernel = _pick(pick, values[1], values[0], values[2] if len(values) > 2 else None)
+        np.testing.assert_array_equal(kernel.reshape(-1), np.asarray(env[node.out.id]).reshape(-1))
+        if node.op == "scatter":       # the zero fill it adds into is part of the step, not a step of its own
+            assert pick.zero and step.ops == ["broadcast_in_dim", "scatter"]
+            np.testing.assert_array_equal(got, jax.grad(loss)(x, labels))
+
+
+def test_other_index_forms_keep_their_kernels_or_fall_back_explicitly() -> None:
+    table = np.zeros((64, 48), np.float32)
+    ids = np.arange(5, dtype=np.int32)
+    rows = np.ones((5, 48), np.float32)
+    into_param = trnsim.compile(jax.jit(lambda t, i, r: t.at[i].add(r)).lower(table, ids, rows), cache=False)
+    # the embedding kernel adds into a zero table of its own: a table that is an input is not its form
+    assert [s.kernel for s in _index_steps(into_param)] == ["dma_gather_scatter"]
+    huge = jax.ShapeDtypeStruct((2, 2**24 + 8), np.float32)             # a flat address beyond fp32's integers
+    lab = jax.ShapeDtypeStruct((2, 1), np.int32)
+    program = trnsim.compile(jax.jit(lambda x, i: jnp.take_along_axis(x, i, axis=-1)).lower(huge, lab), cache=False)
+    (step,) = _index_steps(program)
+    assert step.kernel == "dma_gather_scatter" and dmagen.pick_for(program.graph.nodes[step.nodes[0]]) is None

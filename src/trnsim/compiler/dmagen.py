@@ -15,12 +15,13 @@ data exactly (tested).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
 from math import prod
 from typing import Any
 
-from trnsim.ir.graph import Node
+from trnsim.ir.graph import Node, Value
 
 QUEUES = 16
 MAX_INPUTS = 8
@@ -250,7 +251,8 @@ def _timed(target: str, layout: Layout) -> LayoutTime:
 def clear_memo() -> None:
     _timed.cache_clear()
     lookup_time.cache_clear()
-    for k in _KERNEL:
+    pick_time.cache_clear()
+    for k in (*_KERNEL, *_PICK):
         k._cache.clear()  # pyright: ignore[reportPrivateUsage]
 
 
@@ -289,7 +291,8 @@ def lookup_for(node: Node) -> Lookup | None:
         vec = dn["index_vector_dim"]
         ok = (len(node.inputs) == 3 and dn["inserted_window_dims"] == (0,) and
               dn["scatter_dims_to_operand_dims"] == (0,) and not dn.get("input_batching_dims") and
-              simple_combiner(node.regions[0]) == "add" and node.inputs[2].type.shape[-1] == table.shape[1])
+              simple_combiner(node.regions[0]) == "add" and node.inputs[2].type.shape[-1] == table.shape[1] and
+              is_zero_fill(node.inputs[0]))      # the kernel adds into a zero table of its own
     if not ok:
         return None
     if vec < len(ids):
@@ -320,4 +323,252 @@ def lookup_time(target: str, lookup: Lookup) -> LayoutTime:
     assert isinstance(profile, Profile)
     from trnsim.compiler.kernel_timing import engine_counts
 
+    return LayoutTime(profile.total_seconds, profile.dma_bytes, profile.instructions, engine_counts(profile))
+
+
+# ---- one element per row: indirect DMA of single elements by flat address -------------------------------
+
+EXACT = 2**24          # the ALU computes in fp32 (isa.ops): integer addresses below this are exact
+MAX_PICK_TILES = 1024  # row tiles of one pick kernel; beyond this the step keeps the analytic cost
+PICK_DEPTH = 8         # tiles whose addresses (and gathers) are issued ahead: the sync engine issues DMAs in order
+INDEX_DTYPES: dict[str, str] = {k: DSL_DTYPE[k] for k in ("i32", "ui32", "i16", "ui16", "i8", "ui8")}
+ACCUMULATE_DTYPES = ("fp32", "bf16", "fp16")   # DMA read-add-write is BF16/FP32 (neuron.md §1.4), no ints (§1.5)
+
+
+@dataclass(frozen=True)
+class Pick:
+    """One element per row of ``x``, viewed as ``[outer, width, inner]`` with the indexed axis in the middle
+    and the rows the other axes in order (row ``r = l · inner + j``):
+
+        gather:       out[l, j] = x[l, clamp(idx[l, j], 0, width - 1), j]      # StableHLO clamps starts
+        scatter_add:  out = x;  out[l, idx[l, j], j] += upd[l, j]              # out-of-range: dropped
+
+    ``zero``: the scatter's ``x`` is a broadcast +0.0, so the kernel fills its output instead of copying."""
+
+    op: str                 # "gather" | "scatter_add"
+    outer: int
+    width: int
+    inner: int
+    dtype: str              # DSL dtype of x (and of upd)
+    index_dtype: str = "int32"
+    zero: bool = False
+
+    @property
+    def rows(self) -> int:
+        return self.outer * self.inner
+
+    def tiles(self) -> list[tuple[int, int, int]]:
+        """``(first row, rows, first flat element of the table view)`` per tile of at most ``tile_rows`` rows;
+        a tile's rows are consecutive and its addresses ``clamp(idx) · scale + p · step`` from the view's
+        start, all below ``EXACT``."""
+        if self.inner == 1:
+            return [(r0, p, r0 * self.width) for r0, p in _blocks(self.outer, self.tile_rows)]
+        return [(o * self.inner + j0, p, o * self.width * self.inner + j0)
+                for o in range(self.outer) for j0, p in _blocks(self.inner, self.tile_rows)]
+
+    @property
+    def tile_rows(self) -> int:
+        if self.inner == 1:
+            return min(128, EXACT // self.width)
+        return min(128, self.inner, EXACT - (self.width - 1) * self.inner)
+
+    @property
+    def scale(self) -> int:
+        """Flat elements between consecutive values of the index."""
+        return self.inner
+
+    @property
+    def step(self) -> int:
+        """Flat elements between consecutive rows (partitions) of a tile."""
+        return self.width if self.inner == 1 else 1
+
+
+def _blocks(n: int, size: int) -> list[tuple[int, int]]:
+    return [(i, min(size, n - i)) for i in range(0, n, size)]
+
+
+def is_zero_fill(value: Value) -> bool:
+    """``value`` is a broadcast of the constant +0.0 (all bits zero: a zero fill)."""
+    import numpy as np
+
+    node = value.producer
+    if node is None or node.op != "broadcast_in_dim":
+        return False
+    source = node.inputs[0].producer
+    if source is None or source.op != "constant" or node.inputs[0].type.size != 1:
+        return False
+    c = np.asarray(source.attrs["value"]).reshape(-1)
+    return bool(c[0] == 0 and not np.signbit(c[0]))
+
+
+def _batch_dims(dims: tuple[int, ...], rank: int, vec: int) -> bool:
+    """The index tensor's batching dims are its leading non-vector dims, in order."""
+    rest = [d for d in range(rank) if d != vec]
+    return tuple(dims) == tuple(rest[: len(dims)])
+
+
+def pick_for(node: Node) -> Pick | None:
+    """The one-element-per-row form of a gather or add-scatter (the indexed axis ``k`` collapsed, every other
+    axis of the operand a batching dim paired in order with the index tensor's leading dims, one start index
+    per row), or None: other forms, dtypes, a flat index the fp32 ALU cannot hold exactly, or more than
+    ``MAX_PICK_TILES`` tiles."""
+    from trnsim.ir.semantics.reduce import simple_combiner
+
+    if node.op not in ("gather", "scatter") or len(node.inputs) < 2 or len(node.outputs) != 1:
+        return None
+    x, idx = node.inputs[0].type, node.inputs[1].type
+    if x.rank == 0 or x.size == 0 or x.dtype not in DSL_DTYPE or idx.dtype not in INDEX_DTYPES:
+        return None
+    if node.op == "gather":
+        dn = node.attrs["dimension_numbers"]
+        collapsed, to_operand, vec = dn["collapsed_slice_dims"], dn["start_index_map"], dn["index_vector_dim"]
+        batching, idx_batching = dn["operand_batching_dims"], dn["start_indices_batching_dims"]
+        ok = not dn["offset_dims"] and tuple(node.attrs["slice_sizes"]) == (1,) * x.rank
+    else:
+        dn = node.attrs["scatter_dimension_numbers"]
+        collapsed, to_operand = dn["inserted_window_dims"], dn["scatter_dims_to_operand_dims"]
+        vec = dn["index_vector_dim"]
+        batching, idx_batching = dn["input_batching_dims"], dn["scatter_indices_batching_dims"]
+        ok = len(node.inputs) == 3 and not dn["update_window_dims"] and simple_combiner(node.regions[0]) == "add" \
+            and node.inputs[2].type.dtype == x.dtype and DSL_DTYPE[x.dtype] in ACCUMULATE_DTYPES
+    if not ok or len(collapsed) != 1 or tuple(to_operand) != tuple(collapsed):
+        return None
+    k = collapsed[0]
+    if tuple(batching) != tuple(d for d in range(x.rank) if d != k) or \
+            not _batch_dims(tuple(idx_batching), idx.rank, vec) or (vec < idx.rank and idx.shape[vec] != 1):
+        return None
+    width = x.shape[k]
+    outer, inner = prod(x.shape[:k]), prod(x.shape[k + 1:])
+    if idx.size != outer * inner or node.out.type.size != (x.size if node.op == "scatter" else outer * inner):
+        return None
+    if node.op == "scatter" and node.inputs[2].type.size != outer * inner:
+        return None
+    pick = Pick("gather" if node.op == "gather" else "scatter_add", outer, width, inner, DSL_DTYPE[x.dtype],
+                INDEX_DTYPES[idx.dtype], node.op == "scatter" and is_zero_fill(node.inputs[0]))
+    if width > EXACT or pick.tile_rows < 1 or len(pick.tiles()) > MAX_PICK_TILES:
+        return None
+    return pick
+
+
+def _pick_kernel() -> Any:
+    from trnsim import dsl
+    from trnsim.dsl import Tensor
+    from trnsim.kernels.layout import prefetch
+
+    @dsl.kernel
+    def pick_rows(idx: Tensor, x: Tensor | None = None, upd: Tensor | None = None, *, pick: Pick) -> Tensor:
+        """``pick``'s gather or scatter-add (``Pick``) by indirect DMA of single elements: ``x`` (and the
+        output of a scatter) viewed flat as ``[outer · width · inner, 1]``, one element a "row"; ``idx`` and
+        ``upd`` as ``[rows, 1]``.
+
+        NOTE: per tile of ≤ 128 rows, VectorE makes the flat address from the loaded indices in two
+        ``tensor_scalar``s (clamp to the axis, then ``· scale + iota[p]``, the iota made once on GpSimd), and
+        one ``dma_gather``/``dma_scatter_add`` moves the tile's elements. The table view starts at the tile's
+        first row, so addresses stay below 2**24 (exact in the fp32 ALU) whatever the number of rows. The
+        alternative, a one-hot select over whole rows (``tilegen.onehot``), reads every element of ``x``;
+        this reads one per row, at one DMA descriptor each (neuron.md §2.6: small payloads are
+        overhead-bound, here by design). A scatter first fills its output (zeros from a constant tile, or a
+        copy of ``x``); out-of-range indices add -0.0 to a clamped address, which leaves every value (±0 and
+        NaN included) as it was, as StableHLO's scatter drops them."""
+        total = pick.outer * pick.width * pick.inner
+        n = max(p for _, p, _ in pick.tiles())
+        iota = dsl.iota((n, 1), "int32", channel_multiplier=pick.step)
+        drop = dsl.full((n, 1), -0.0, pick.dtype) if pick.op == "scatter_add" else None
+        if pick.op == "gather":
+            assert x is not None
+            out = dsl.hbm_tensor((pick.rows, 1), pick.dtype, name="picked")
+        else:
+            assert upd is not None
+            out = dsl.hbm_tensor((total, 1), pick.dtype, name="scattered")
+            if pick.zero:
+                _fill_flat(out, dsl.zeros((128, FILL_COLS), pick.dtype), total)
+            else:
+                assert x is not None
+                for a, m in _blocks(total, -(-total // QUEUES)):
+                    dsl.dma_copy(out[a : a + m], x[a : a + m])
+        tiles = pick.tiles()
+
+        def address(tile: tuple[int, int, int]) -> Callable[[], tuple[Tensor, ...]]:
+            r0, p, _ = tile
+
+            def make() -> tuple[Tensor, ...]:
+                ids = dsl.load(idx[r0 : r0 + p])
+                values = dsl.load(upd[r0 : r0 + p]) if upd is not None else None
+                clamped = dsl.tensor_scalar(ids, "max", 0.0, "min", float(pick.width - 1), dtype="int32")
+                flat = dsl.tensor_scalar(clamped, "mul", float(pick.scale), "add", iota[:p], dtype="int32")
+                if values is None:
+                    return (flat,)
+                assert drop is not None
+                inside = dsl.tensor_tensor(clamped, ids, "eq", dtype="uint8")
+                return flat, dsl.where(inside, values, drop[:p])
+            return make
+
+        def table(tile: tuple[int, int, int], t: Tensor) -> Tensor:
+            _, p, t0 = tile
+            return t[t0 : t0 + (p - 1) * pick.step + (pick.width - 1) * pick.scale + 1]
+
+        addresses = prefetch([address(tile) for tile in tiles], PICK_DEPTH)
+        if pick.op == "scatter_add":
+            for tile, (flat, kept) in zip(tiles, addresses, strict=True):
+                dsl.dma_scatter_add(table(tile, out), kept, flat)
+            return out
+        assert x is not None
+
+        def gather(tile: tuple[int, int, int]) -> Callable[[], Tensor]:
+            return lambda: dsl.dma_gather(dsl.sbuf((tile[1], 1), pick.dtype), table(tile, x), next(addresses)[0])
+
+        for (r0, p, _), got in zip(tiles, prefetch([gather(tile) for tile in tiles], PICK_DEPTH), strict=True):
+            dsl.store(out[r0 : r0 + p], got)
+        return out
+
+    return pick_rows
+
+
+def _fill_flat(out: Any, constant: Any, total: int) -> None:
+    """DMA the constant ``[128, FILL_COLS]`` tile over the flat ``[total, 1]`` HBM tensor ``out``, in at least
+    ``QUEUES`` pieces of whole 128-element columns when there are that many, then the few elements left."""
+    from trnsim import dsl
+
+    cols = min(FILL_COLS, max(1, -(-total // (128 * QUEUES))))
+    at = 0
+    while total - at >= 128:
+        c = min(cols, (total - at) // 128)
+        dsl.dma_copy(out[at : at + 128 * c], constant[:, :c])
+        at += 128 * c
+    if at < total:
+        dsl.dma_copy(out[at:total], constant[: total - at, :1])
+
+
+_PICK: list[Any] = []
+
+
+def pick_kernel() -> Any:
+    """The traced-on-demand pick kernel (``pick_rows``), shared by timing and tests."""
+    if not _PICK:
+        _PICK.append(_pick_kernel())
+    return _PICK[0]
+
+
+def pick_specs(pick: Pick) -> list[Any]:
+    """The kernel's arguments as shape descriptions: ``idx``, ``x`` (None for a zero-filled scatter), ``upd``."""
+    import trnsim
+
+    spec: Any = trnsim.TensorSpec
+    x = None if pick.zero else spec((pick.outer * pick.width * pick.inner, 1), pick.dtype)
+    upd = spec((pick.rows, 1), pick.dtype) if pick.op == "scatter_add" else None
+    return [spec((pick.rows, 1), pick.index_dtype), x, upd]
+
+
+@lru_cache(maxsize=256)
+def pick_time(target: str, pick: Pick) -> LayoutTime:
+    import trnsim
+    from trnsim.compiler.kernel_timing import engine_counts
+    from trnsim.sim.profile import Profile
+
+    specs = pick_specs(pick)
+    while specs and specs[-1] is None:
+        specs.pop()
+    result = trnsim.run_kernel(pick_kernel(), *specs, target=target, timing=True, pick=pick)
+    profile = result.profile
+    assert isinstance(profile, Profile)
     return LayoutTime(profile.total_seconds, profile.dma_bytes, profile.instructions, engine_counts(profile))

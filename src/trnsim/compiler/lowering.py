@@ -155,9 +155,11 @@ def plan_graph(graph: Graph, ctx: PassContext, machine: costs.Machine) -> Plan:
             uses.setdefault(v.id, set()).add(node.attrs.get("_group", -1))
     results = {v.id for v in graph.results}
     consts = {n.out.id: n for n in graph.nodes if n.op == "constant"}
+    absorbed = _absorb_zero_fills(groups, uses, results)
     steps: list[Step] = []
     for gid in _topological(groups, graph):
         members = groups[gid]
+        head = members[-1] if gid in absorbed else members[0]     # the scatter after the fill it absorbed
         member_ids = {id(n) for n in members}
         produced = {v.id for n in members for v in n.outputs}
         external: dict[int, Value] = {}
@@ -171,7 +173,7 @@ def plan_graph(graph: Graph, ctx: PassContext, machine: costs.Machine) -> Plan:
         outputs = [v for n in members for v in n.outputs
                    if v.id in results or any(g != gid for g in uses.get(v.id, ()))]
         cost = costs.StepCost()
-        kind = members[0].attrs.get("_kind", "fused")
+        kind = head.attrs.get("_kind", "fused")
         kernel_name: str = KERNEL_NAMES.get(kind) or str(kind)
         sub: list[Plan] = []
         tensor_op = next((n for n in members if n.op in ("dot_general", "convolution")), None)
@@ -204,19 +206,23 @@ def plan_graph(graph: Graph, ctx: PassContext, machine: costs.Machine) -> Plan:
                 sub.append(plan_graph(region, ctx, machine))
         else:
             rule = costs.SINGLE_RULES.get(kind, costs.elementwise_cost)
-            rule(machine, members[0], cost)
-            layout = dmagen.layout_for(members[0]) if kind == "data" else None
+            rule(machine, head, cost)
+            layout = dmagen.layout_for(head) if kind == "data" else None
             moved = _generated_layout(machine.target, layout, ctx) if layout is not None else None
-            lookup = dmagen.lookup_for(members[0]) if kind == "index" else None
+            lookup = dmagen.lookup_for(head) if kind == "index" else None
             if lookup is not None:
                 moved = _library_lookup(machine.target, lookup, ctx)
                 kernel_name = "embedding_lookup" if lookup.op == "gather" else "embedding_scatter_add"
-            elif kind == "index" and (one_hot := tilegen.index_recipe(members[0])) is not None and \
+            elif kind == "index" and (one_hot := tilegen.index_recipe(head)) is not None and \
                     (timed := _generated(machine.target, one_hot, ctx)) is not None:
                 # one element per row along the last axis: a one-hot select in generated tile code
                 cost.busy, cost.instructions = dict(timed.busy), dict(timed.by_engine)
                 cost.min_seconds = timed.seconds
                 kernel_name = "generated_elementwise"
+            elif kind == "index" and (pick := dmagen.pick_for(head)) is not None:
+                # one element per row of rows too wide for the one-hot's tiles, or along another axis:
+                # an indirect DMA of single elements by flat address (dmagen.Pick)
+                moved = _generated_pick(machine.target, pick, ctx)
             if moved is not None:
                 # a generated DMA kernel, timed by the instruction-level model, replaces the analytic cost
                 cost.dma_bytes, cost.min_seconds = moved.dma_bytes, moved.seconds
@@ -268,6 +274,41 @@ def _generated(target: str, recipe: tilegen.Recipe, ctx: PassContext) -> tilegen
 
 def _generated_layout(target: str, layout: dmagen.Layout, ctx: PassContext) -> dmagen.LayoutTime | None:
     return _kernel_or_none(lambda: dmagen.layout_time(target, layout), ctx, "dma_fallbacks")
+
+
+def _generated_pick(target: str, pick: dmagen.Pick, ctx: PassContext) -> dmagen.LayoutTime | None:
+    return _kernel_or_none(lambda: dmagen.pick_time(target, pick), ctx, "dma_fallbacks")
+
+
+def _zero_filling(node: Node) -> bool:
+    """A scatter-add whose kernel fills its own output with zeros when its operand is a zero broadcast: the
+    embedding gradient (``zero_rows``), or a one-element-per-row pick the one-hot form does not take."""
+    if dmagen.lookup_for(node) is not None:
+        return True
+    pick = dmagen.pick_for(node)
+    return pick is not None and pick.zero and tilegen.index_recipe(node) is None
+
+
+def _absorb_zero_fills(groups: dict[int, list[Node]], uses: dict[int, set[int]], results: set[int]) -> set[int]:
+    """Move into a scatter-add's group the zero broadcast it adds into, when that broadcast is a group of its
+    own read by nothing else and the scatter's kernel zero-fills its output anyway (``_zero_filling``):
+    otherwise the fill is written to HBM by one step and never read by the next. Returns the scatter groups
+    that absorbed a fill (their fill node comes first)."""
+    absorbed: set[int] = set()
+    for gid, members in list(groups.items()):
+        if len(members) != 1 or members[0].op != "scatter" or members[0].attrs.get("_kind") != "index":
+            continue
+        operand = members[0].inputs[0]
+        fill = operand.producer
+        fill_gid = fill.attrs.get("_group", -1) if fill is not None else -1
+        if fill is None or fill_gid == gid or [id(n) for n in groups.get(fill_gid, [])] != [id(fill)] or \
+                operand.id in results or \
+                uses.get(operand.id) != {gid} or not dmagen.is_zero_fill(operand) or not _zero_filling(members[0]):
+            continue
+        groups[gid] = [fill, members[0]]
+        del groups[fill_gid]
+        absorbed.add(gid)
+    return absorbed
 
 
 def _library_lookup(target: str, lookup: dmagen.Lookup, ctx: PassContext) -> dmagen.LayoutTime | None:
