@@ -208,6 +208,7 @@ def test_generated_kernel_verifies_and_computes_the_group_on_the_simulator() -> 
     (lambda x: jax.nn.softmax(jnp.where(x > 0.5, x, -1e9), axis=-1), (16, 4, 64, 64)),   # 32 tiles of 128 rows
     (lambda x: (jnp.tanh(x) * 2.0).sum(axis=0), (8192, 128)),          # a leading-axis sum on TensorE
     (lambda x: jax.nn.gelu(x) * x, (128, 48 * 512)),                   # flat: 48 column tiles
+    (lambda x: jax.nn.log_softmax(x, -1), (8192, 8192)),               # rows in 2 chunks: 16 and 32 tiles
 ])
 def test_large_kernels_are_timed_on_two_samples_within_3_percent(fn, shape) -> None:  # type: ignore[no-untyped-def]
     from trnsim.compiler.tilegen.timing import SAMPLE_BLOCKS
@@ -357,3 +358,82 @@ def test_int4_groups_that_do_not_tile_the_rows_keep_the_analytic_cost() -> None:
     program = trnsim.compile(jax.jit(fn).lower(x, np.ones((80, 64), np.float32), np.ones((3, 64, 64), np.float32)),
                              cache=False, auto_cast="matmul", auto_cast_type="int4")
     assert program.plan.steps[0].kernel == "fused_elementwise"
+
+
+def _cross_entropy_grad(x, y):  # type: ignore[no-untyped-def]
+    """The gradient of a mean cross-entropy against soft labels ``y``: a softmax and a sum along each row."""
+    return jax.grad(lambda x: -jnp.mean(jnp.sum(y * jax.nn.log_softmax(x, -1), -1)))(x)
+
+
+@pytest.mark.parametrize("name", ["log_softmax", "softmax", "logsumexp", "cross_entropy_grad", "rmsnorm",
+                                  "temperature"])
+@pytest.mark.parametrize("keep", [True, False])
+def test_rows_longer_than_max_row_pass_over_column_chunks_and_compute_the_group(
+        name: str, keep: bool, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> None:
+    from trnsim.compiler.tilegen import build, chunked
+
+    monkeypatch.setattr(build, "MAX_ROW", 128)           # 600 columns: chunks of 128, the last of 88
+    if not keep:
+        monkeypatch.setattr(chunked, "KEEP_ROW_BYTES", 0)     # inputs read in two passes are loaded again
+    tilegen.clear_memo()                                  # traces and times are cached per recipe
+    request.addfinalizer(tilegen.clear_memo)
+    rng = np.random.default_rng(7)
+    x = (rng.standard_normal((200, 600)) * 3.0).astype(np.float32)      # 2 row tiles, one ragged
+    y = rng.random((200, 600)).astype(np.float32)
+    scale = rng.standard_normal(600).astype(np.float32)
+    cases = {
+        "log_softmax": (lambda x: jax.nn.log_softmax(x, -1), [x]),              # 3 passes: max, sum, result
+        "softmax": (lambda x: jax.nn.softmax(x, -1), [x]),
+        "logsumexp": (lambda x: jnp.log(jnp.sum(jnp.exp(x - x.max(-1, keepdims=True)), -1)) + x.max(-1), [x]),
+        "cross_entropy_grad": (_cross_entropy_grad, [x, y]),
+        "rmsnorm": (lambda x, s: x * jax.lax.rsqrt(jnp.mean(x * x, -1, keepdims=True) + 1e-5) * s, [x, scale]),
+        "temperature": (lambda x, t: jax.nn.softmax(x / t, -1), [x, np.asarray(0.7, np.float32)]),  # a scalar input
+    }
+    fn, args = cases[name]
+    program = _compile(fn, *args)
+    assert all(s.kernel != "fused_elementwise" for s in program.plan.steps)
+    steps = [s.index for s in program.plan.steps if s.kernel == "generated_elementwise"]
+    recipes = [_check_step(program, args, step, 2e-5) for step in steps]
+    chunk = next(r for r in recipes if r.chunk)
+    assert chunk.chunk == 128 and chunk.cols == 600
+    if name == "log_softmax":
+        stage, _ = chunked.passes(chunk)
+        assert max(stage) == 2
+        dmas = tilegen.fused_time("trn3", chunk).by_engine["dma"]
+        assert dmas == 2 * 5 * (2 if keep else 4)        # per tile and chunk: a load (three if reloaded), a store
+
+
+def test_rows_longer_than_max_row_at_full_size_fit_in_sbuf_and_compute_the_group() -> None:
+    x = (np.random.default_rng(8).standard_normal((130, 9000)) * 3.0).astype(np.float32)  # chunks 4096, 4096, 808
+    program = _compile(lambda x: jax.nn.log_softmax(x, -1), x)
+    (step,) = program.plan.steps
+    assert step.kernel == "generated_elementwise"
+    recipe = _check_step(program, [x], 0, 2e-5)
+    assert recipe.chunk == tilegen.recipe.MAX_ROW
+
+
+@pytest.mark.parametrize("fmt", ["int4", "mxfp6"])
+def test_grouped_quantize_dequantize_of_rows_in_chunks_is_exact(fmt: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from trnsim.compiler.tilegen import build
+
+    monkeypatch.setattr(build, "MAX_ROW", 256)           # 640 columns: chunks of 256, 256 and 128
+    rng = np.random.default_rng(9)
+    x = (rng.standard_normal((3, 64, 640)) * np.exp(rng.standard_normal((3, 64, 640)))).astype(np.float32)
+    w = rng.standard_normal((640, 64)).astype(np.float32)
+    dy = rng.standard_normal((3, 64, 64)).astype(np.float32)
+    fn = _two_matmul_operand(lambda x: x - jnp.max(x, -1, keepdims=True))     # exact on VectorE: compare at 0
+    program = trnsim.compile(jax.jit(fn).lower(x, w, dy), cache=False, auto_cast="matmul", auto_cast_type=fmt)
+    assert all(s.kernel != "fused_elementwise" for s in program.plan.steps)
+    recipe = _check_step(program, [x, w, dy], 0, 0.0)
+    assert recipe.chunk == 256
+    assert sorted(s[2][1][1] for s in recipe.steps if s[0] in ("group", "mx")) == [0.0, 1.0]
+
+
+def test_rows_in_chunks_with_an_iota_mask_keep_the_analytic_cost(monkeypatch: pytest.MonkeyPatch) -> None:
+    from trnsim.compiler.tilegen import build
+
+    x = np.ones((200, 600), np.float32)
+    fn = lambda x: jax.nn.softmax(jnp.where(jnp.arange(600)[None, :] < 300, x, -1e9), -1)  # noqa: E731
+    assert _compile(fn, x).plan.steps[0].kernel == "generated_elementwise"
+    monkeypatch.setattr(build, "MAX_ROW", 128)
+    assert _compile(fn, x).plan.steps[0].kernel == "fused_elementwise"

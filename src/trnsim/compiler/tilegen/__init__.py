@@ -34,8 +34,11 @@ division by it rounded to nearest even by writing int4 codes, dequantized by a m
 (fp8) ``qdq`` needs the whole tensor's amax first: each tile of its source stays in SBUF, ScalarE's ``abs``
 with a fused max keeps a running column, and after the loop (phase ``late``) GpSimd reduces it across
 partitions and a second pass scales, rounds (a dtype-converting copy) and stores the kept tiles; a source
-larger than SBUF falls back. Groups that fit none of this (reductions over middle axes, max over the leading
-axes, rows longer than ``MAX_ROW``, MX blocks or int4 groups that do not tile the quantized axis) keep the
+larger than SBUF falls back. Rows longer than ``MAX_ROW`` (a softmax over a large vocabulary) run in column
+chunks (``chunked``): a reduction along them accumulates chunk by chunk into a column, and the ops that read
+it run in a later pass over the tile's chunks, remaking the elementwise values they need. Groups that fit
+none of this (reductions over middle axes, max over the leading axes, MX blocks or int4 groups that do not
+tile the quantized axis; with rows in chunks also iotas, leading-axis sums and per-tensor scaling) keep the
 analytic cost of ``costs.fused_cost``.
 """
 

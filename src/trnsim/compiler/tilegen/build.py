@@ -76,7 +76,7 @@ def _layout(nodes: list[Node], n: int) -> tuple[int, tuple[int, ...]] | None:
     shape = next((nd.inputs[0].type.shape for nd in nodes if nd.op == "reduce" and nd.inputs[0].type.size == n),
                  (along or full)[0].type.shape)
     cols = shape[-1]
-    if cols > MAX_ROW or any(v.type.shape[-1] != cols for v in along or full):
+    if any(v.type.shape[-1] != cols for v in along or full):
         return None                      # a reshape that moves the row boundary
     return cols, shape
 
@@ -518,7 +518,11 @@ def lowered(nodes: list[Node], external: list[Value], outputs: list[Value]) -> t
     stores = [b.store(v) for v in outputs]
     if any(s is None for s in stores) or not b.steps or not b.inputs:
         return None                      # (a group that reads nothing, an iota alone: a fill)
+    chunk = MAX_ROW if cols > MAX_ROW else 0
+    if chunk and (any(s[0] in ("iota", "lead", "scaled") for s in b.steps) or any(k == "per" for _, k in b.inputs)):
+        return None                      # rows in chunks: no index arithmetic, leading-axis sums or kept tensors
     done = [s for s in stores if s is not None]
     recipe = Recipe(n, tuple(b.inputs), tuple(b.steps), tuple((s[0], s[1]) for s in done), cols,
-                    tuple(s[2] for s in done), tuple(b.phases), tuple(b.input_shapes), tuple(s[3] for s in done))
+                    tuple(s[2] for s in done), tuple(b.phases), tuple(b.input_shapes), tuple(s[3] for s in done),
+                    chunk)
     return recipe, b.sources

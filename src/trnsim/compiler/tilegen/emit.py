@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from trnsim.compiler.tilegen import chunked
 from trnsim.compiler.tilegen.recipe import (
     MX_BLOCK,
     PARTITIONS,
@@ -49,6 +50,8 @@ def _kernel() -> Any:
                           recipe: Recipe) -> tuple[Tensor, ...]:
         """The group's ops over tiles of its inputs (module docstring and ``Recipe``)."""
         ins = [a for a in (a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11) if a is not None]
+        if recipe.chunk:
+            return chunked.emit(dsl, ins, recipe)
         row_layout = recipe.cols > 0
         rows, cols = space(recipe)
         lanes = min(PARTITIONS, rows)                    # partitions of a full tile
@@ -90,7 +93,7 @@ def _kernel() -> Any:
             if phases[index] != "pre":
                 continue
             args = [pre[r[1]] if r[0] == "tmp" else columns[r[1]] if r[0] == "in" else r[1] for r in operands]
-            pre[index] = _compute(dsl, kind, op, args, dt, (lanes, width), 0, cols, recipe.elements)
+            pre[index] = compute(dsl, kind, op, args, dt, (lanes, width), 0, cols, recipe.elements)
         blocks = [(r0, min(PARTITIONS, rows - r0)) for r0 in range(0, rows, PARTITIONS)] if row_layout else \
             [(c0, min(TILE_COLS, cols - c0)) for c0 in range(0, cols, TILE_COLS)]
         queue = 0
@@ -185,7 +188,7 @@ def _kernel() -> Any:
                         dsl.matmul(acc[c], s, x[:, c0:c1], accumulate=i > 0)
                     continue
                 shape = (bw, width) if row_layout else (PARTITIONS, bw)
-                tmps[index] = _compute(dsl, kind, op, args, dt, shape, b0 * cols if row_layout else b0, cols,
+                tmps[index] = compute(dsl, kind, op, args, dt, shape, b0 * cols if row_layout else b0, cols,
                                        recipe.elements)
                 # free the intermediates this step read for the last time: the working set stays small
                 dead = [tmps.pop(j) for j in last_read.get(index, ()) if j in tmps]
@@ -222,7 +225,7 @@ def _kernel() -> Any:
                 post[index] = result
             elif phases[index] == "post":
                 args = [post[r[1]] if r[0] == "tmp" else r[1] for r in operands]
-                post[index] = _compute(dsl, kind, op, args, dt, (1, 1), 0, cols, recipe.elements)
+                post[index] = compute(dsl, kind, op, args, dt, (1, 1), 0, cols, recipe.elements)
         for out, (ref, _), k in zip(outs, recipe.outputs, kinds, strict=True):
             if k == "red":
                 dsl.store(out, post[ref[1]], queue=queue % QUEUES)
@@ -254,7 +257,7 @@ def _kernel() -> Any:
     return fused_elementwise
 
 
-def _compute(dsl: Any, kind: str, op: str, args: list[Any], dt: str, shape: tuple[int, int], base: int,
+def compute(dsl: Any, kind: str, op: str, args: list[Any], dt: str, shape: tuple[int, int], base: int,
              multiplier: int, elements: int) -> Any:
     """One step on tiles. Constants and iotas are made as ``shape``; an iota's flat element index at
     partition ``p``, position ``j`` is ``base + multiplier * p + j``."""

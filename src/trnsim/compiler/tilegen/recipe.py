@@ -30,6 +30,10 @@ IDENTITY: dict[str, float] = {"add": 0.0, "multiply": 1.0, "maximum": float("-in
 KEEP_BYTES = 16 << 20    # tiles kept for a per-tensor scaled second pass: half of trn3's 32 MiB SBUF
 MX_BLOCK = 32             # elements sharing one E8M0 scale (numerics.mx)
 MAX_ROW = 4096            # the row layout keeps whole rows in a tile: at most 16 KiB of fp32 per partition
+# a longer row's tile passes over chunks of MAX_ROW columns; the chunks of its inputs read in more than one pass
+# stay in SBUF (trn3: 32 MiB, 256 KiB per partition; neuron.md §0) up to this many bytes per
+# partition, enough for two row tiles in flight next to the chunks' intermediates; above it they are reloaded
+KEEP_ROW_BYTES = 64 << 10
 
 Ref = tuple[str, Any]          # ("in", index) | ("tmp", index) | ("imm", float)
 Step = tuple[str, str, tuple[Ref, ...], str]    # (kind, op, operands, DSL out dtype)
@@ -40,7 +44,8 @@ class Recipe:
     """What a generated kernel computes: hashable, so traced kernels and their times are cached.
 
     ``cols == 0``: the flat layout, ``[128, N / 128]`` in column tiles. ``cols > 0``: the row layout,
-    ``[N / cols, cols]`` in tiles of 128 rows. Input kinds: ``full`` (a tile per block), ``row`` (a
+    ``[N / cols, cols]`` in tiles of 128 rows, each in passes over chunks of ``chunk`` columns when ``chunk > 0``
+    (rows longer than ``MAX_ROW``; ``chunked``). Input kinds: ``full`` (a tile per block), ``row`` (a
     ``[rows, 1]`` column per block), ``scalar`` (one ``[128, 1]`` column), ``vec`` / ``per`` (a ``[1, cols]`` /
     ``[P, cols]`` table repeated down the rows). Step kinds: ``alu``, ``act``, ``copy``, ``select``,
     ``reduce`` (free axis), ``mx`` (an MX quantize-dequantize; op: the element format, operands: the
@@ -62,6 +67,7 @@ class Recipe:
     phases: tuple[str, ...] = ()                                # per step; () = all "block"
     input_shapes: tuple[tuple[int, int], ...] = ()              # HBM shapes; () = from the kinds
     output_shapes: tuple[tuple[int, int], ...] = ()
+    chunk: int = 0                                              # > 0: rows longer than MAX_ROW, in chunks
 
 
 def space(recipe: Recipe) -> tuple[int, int]:

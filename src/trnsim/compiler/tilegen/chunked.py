@@ -1,0 +1,220 @@
+"""Rows longer than ``MAX_ROW`` (a softmax or cross-entropy over a large vocabulary): the row layout in column
+chunks. A tile of 128 rows does not hold whole rows, so a reduction along them runs chunk by chunk into a
+``[rows, 1]`` column (a running sum or max) and whatever reads that column runs in a later *pass* over the
+tile's chunks:
+
+    for each tile of 128 rows:
+        for pass s = 0, 1, …:
+            the column steps of pass s (they read columns finished in earlier passes), once
+            for each chunk of up to MAX_ROW columns:
+                the full steps of pass s, and the full steps of earlier passes they read (made again:
+                recomputing a subtract or an exp is cheaper than keeping it), on [rows, chunk] tiles;
+                each reduction of pass s: running = op(running, reduce(chunk)); the outputs of pass s stored
+        the column outputs stored
+
+A step's pass is the latest pass in which one of its operands is ready: a reduction's column is ready in the
+pass after its own, everything else in its own. A log-softmax takes three passes (max; exp and sum; the
+result). The input chunks read in more than one pass stay in SBUF for the tile when they
+fit in ``KEEP_ROW_BYTES`` per partition, else they are loaded again in each pass.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from trnsim.compiler.tilegen.recipe import (
+    KEEP_ROW_BYTES,
+    PARTITIONS,
+    PREFETCH,
+    QUEUES,
+    Recipe,
+    Ref,
+    output_shapes,
+    space,
+)
+
+_ELEMENTWISE = ("alu", "act", "copy", "select")
+
+
+def passes(recipe: Recipe) -> tuple[list[int], list[bool]]:
+    """Per step: the pass it runs in, and whether its result is a ``[rows, 1]`` column (else a chunk tile)."""
+    stage: list[int] = []
+    column: list[bool] = []
+
+    def is_column(r: Ref) -> bool:
+        if r[0] == "in":
+            return recipe.inputs[r[1]][1] in ("row", "scalar")
+        return r[0] == "imm" or column[r[1]]
+
+    def ready(r: Ref) -> int:
+        if r[0] != "tmp":
+            return 0
+        return stage[r[1]] + (recipe.steps[r[1]][0] == "reduce")
+
+    for kind, _, operands, _ in recipe.steps:
+        refs = [r for r in operands if r[0] != "imm"]
+        stage.append(max((ready(r) for r in refs), default=0))
+        column.append(kind == "reduce" or (kind in _ELEMENTWISE and all(is_column(r) for r in refs)))
+    return stage, column
+
+
+def emit(dsl: Any, ins: list[Any], recipe: Recipe) -> tuple[Any, ...]:
+    """The kernel body for a chunked recipe (module docstring)."""
+    from trnsim.compiler.tilegen.emit import compute
+    from trnsim.isa.dtypes import DTYPES
+
+    rows, cols = space(recipe)
+    lanes = min(PARTITIONS, rows)
+    phases = recipe.phases or ("block",) * len(recipe.steps)
+    kinds = recipe.output_kinds or ("full",) * len(recipe.outputs)
+    outs = [dsl.hbm_tensor(shape, dt, name=f"out{i}")
+            for i, ((_, dt), shape) in enumerate(zip(recipe.outputs, output_shapes(recipe), strict=True))]
+    stage, column = passes(recipe)
+    last = max([s + (k == "reduce") for s, (k, *_) in zip(stage, recipe.steps, strict=True)], default=0)
+
+    # per pass: the full steps made on each chunk (with those of earlier passes they read), in program order
+    work: list[list[int]] = [[] for _ in range(last + 1)]
+    for s in range(last + 1):
+        needed: set[int] = set()
+        todo = [j for j in range(len(recipe.steps)) if stage[j] == s and phases[j] != "pre" and
+                (not column[j] or recipe.steps[j][0] == "reduce")]
+        while todo:
+            j = todo.pop()
+            if j in needed:
+                continue
+            needed.add(j)
+            todo.extend(r[1] for r in recipe.steps[j][2]
+                        if r[0] == "tmp" and not column[r[1]] and phases[r[1]] != "pre")
+        work[s] = sorted(needed)
+    once = [[j for j in range(len(recipe.steps)) if stage[j] == s and column[j] and recipe.steps[j][0] != "reduce"]
+            for s in range(last + 1)]
+    stored_in = [stage[ref[1]] if ref[0] == "tmp" else 0 for ref, _ in recipe.outputs]
+    # per pass: step → the chunk tiles read there for the last time (the working set stays small)
+    stored = {ref[1] for ref, _ in recipe.outputs if ref[0] == "tmp"}
+    dying: list[dict[int, list[int]]] = []
+    for s in range(last + 1):
+        reader = {r[1]: j for j in work[s] for r in recipe.steps[j][2] if r[0] == "tmp" and r[1] in work[s]}
+        dying.append({})
+        for x, j in reader.items():
+            if x not in stored:
+                dying[s].setdefault(j, []).append(x)
+
+    # the full inputs each pass reads; those read in more than one are kept for the tile if they fit
+    reads: list[set[int]] = [{r[1] for j in work[s] for r in recipe.steps[j][2]
+                              if r[0] == "in" and recipe.inputs[r[1]][1] == "full"} for s in range(last + 1)]
+    for (ref, _), k, s in zip(recipe.outputs, kinds, stored_in, strict=True):
+        if ref[0] == "in" and k == "full":
+            reads[s].add(ref[1])
+    multi = [i for i in range(len(ins)) if sum(i in r for r in reads) > 1]
+    keep = sum(cols * DTYPES[recipe.inputs[i][0]].itemsize for i in multi) <= KEEP_ROW_BYTES
+    final = {i: max(s for s in range(last + 1) if i in reads[s]) for r in reads for i in r}
+
+    columns: dict[int, Any] = {}
+    for i, (x, (_, kind)) in enumerate(zip(ins, recipe.inputs, strict=True)):
+        if kind == "scalar":
+            columns[i] = dsl.load(x[0:1, 0:1].broadcast_to((PARTITIONS, 1)))
+        elif kind == "vec":
+            columns[i] = dsl.load(x[0:1, :].broadcast_to((PARTITIONS, cols)))
+    pre: dict[int, Any] = {}
+    for j, (kind, op, operands, dt) in enumerate(recipe.steps):
+        if phases[j] == "pre":
+            args = [pre[r[1]] if r[0] == "tmp" else columns[r[1]] if r[0] == "in" else r[1] for r in operands]
+            pre[j] = compute(dsl, kind, op, args, dt, (lanes, cols), 0, cols, recipe.elements)
+
+    tiles = [(r0, min(PARTITIONS, rows - r0)) for r0 in range(0, rows, PARTITIONS)]
+    chunks = [(c0, min(recipe.chunk, cols - c0)) for c0 in range(0, cols, recipe.chunk)]
+    chunked = [s for s in range(last + 1)
+               if work[s] or any(w == s and k == "full" for w, k in zip(stored_in, kinds, strict=True))]
+    items = [(t, s, c) for t in range(len(tiles)) for s in chunked for c in range(len(chunks))]
+    row_inputs = [i for i, (_, kind) in enumerate(recipe.inputs) if kind == "row"]
+    loaded: dict[tuple[int, int, int, int], Any] = {}     # (tile, chunk or -1, input, pass or -1) → SBUF tile
+    queue = issued = 0
+
+    def key(t: int, c: int, i: int, s: int) -> tuple[int, int, int, int]:
+        return (t, c, i, -1 if keep and i in multi else s)
+
+    def issue(upto: int) -> None:
+        """The loads of the items before ``upto``: software pipelining, as the row layout's ``PREFETCH``."""
+        nonlocal queue, issued
+        while issued < min(upto, len(items)):
+            t, s, c = items[issued]
+            (r0, rw), (c0, cw) = tiles[t], chunks[c]
+            wanted = [(ins[i][r0:r0 + rw, c0:c0 + cw], key(t, c, i, s)) for i in sorted(reads[s])]
+            if issued == 0 or items[issued - 1][0] != t:           # the tile's first item: its row columns
+                wanted += [(ins[i][r0:r0 + rw, :], (t, -1, i, -1)) for i in row_inputs]
+            for region, k in wanted:
+                if k not in loaded:
+                    loaded[k] = dsl.load(region, queue=queue % QUEUES)
+                    queue += 1
+            issued += 1
+
+    done = 0
+    for t, (r0, rw) in enumerate(tiles):
+        issue(done + PREFETCH)
+        values: dict[int, Any] = {}           # the tile's columns, by step
+
+        def get(r: Ref, s: int, c: int, made: dict[int, Any], t: int = t, rw: int = rw,
+                values: dict[int, Any] = values) -> Any:
+            """An operand: a column of the tile, or the tile's chunk ``c`` in pass ``s``."""
+            kind, value = r
+            if kind == "imm":
+                return value
+            c0, cw = chunks[c]
+            if kind == "in":
+                form = recipe.inputs[value][1]
+                if form == "scalar":
+                    return columns[value][:rw]
+                if form == "vec":
+                    return columns[value][:rw, c0:c0 + cw]
+                return loaded[(t, -1, value, -1) if form == "row" else key(t, c, value, s)]
+            if phases[value] == "pre":
+                return pre[value][:rw, c0:c0 + cw]
+            return values[value] if column[value] else made[value]
+
+        for s in range(last + 1):
+            for j in once[s]:
+                kind, op, operands, dt = recipe.steps[j]
+                values[j] = compute(dsl, kind, op, [get(r, s, 0, {}) for r in operands], dt, (rw, 1), 0, cols,
+                                    recipe.elements)
+            if s not in chunked:
+                continue
+            running: dict[int, Any] = {}
+            for c, (c0, cw) in enumerate(chunks):
+                done += 1
+                issue(done + PREFETCH)
+                made: dict[int, Any] = {}
+                for j in work[s]:
+                    kind, op, operands, dt = recipe.steps[j]
+                    args = [get(r, s, c, made) for r in operands]
+                    if kind != "reduce":
+                        made[j] = compute(dsl, kind, op, args, dt, (rw, cw), r0 * cols + c0, cols, recipe.elements)
+                    elif j in running:
+                        part = dsl.reduce(op, args[0], axis=-1, dtype="fp32")
+                        dsl.binary(op, running[j], part, out=running[j])
+                        dsl.release(part)
+                    else:
+                        running[j] = dsl.reduce(op, args[0], axis=-1, dtype="fp32")
+                    dead = [made.pop(x) for x in dying[s].get(j, ())]
+                    if dead:
+                        dsl.release(*dead)
+                for out, (ref, _), k, when in zip(outs, recipe.outputs, kinds, stored_in, strict=True):
+                    if k == "full" and when == s:
+                        dsl.store(out[r0:r0 + rw, c0:c0 + cw], get(ref, s, c, made), queue=queue % QUEUES)
+                        queue += 1
+                finished = [loaded.pop(key(t, c, i, s)) for i in sorted(reads[s])
+                            if not (keep and i in multi) or final[i] == s]
+                dsl.release(*made.values(), *finished)
+            for j, total in running.items():
+                dt = recipe.steps[j][3]
+                values[j] = total if dt == "fp32" else dsl.copy(total, dtype=dt)
+                if dt != "fp32":
+                    dsl.release(total)
+        for out, (ref, _), k in zip(outs, recipe.outputs, kinds, strict=True):
+            if k == "row":
+                dsl.store(out[r0:r0 + rw, :], get(ref, last, 0, {}), queue=queue % QUEUES)
+                queue += 1
+            elif k == "sc" and t == 0:
+                dsl.store(out, get(ref, last, 0, {})[0:out.shape[0]], queue=queue % QUEUES)
+                queue += 1
+        dsl.release(*values.values(), *(loaded.pop((t, -1, i, -1)) for i in row_inputs))
+    return tuple(outs)
