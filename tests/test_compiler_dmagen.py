@@ -233,6 +233,24 @@ def test_take_along_a_5000_wide_axis_and_its_gradient_are_generated_dma_picks_th
             np.testing.assert_array_equal(got, jax.grad(loss)(x, labels))
 
 
+@pytest.mark.parametrize(("shape", "kernel"), [((8, 64, 3000), "generated_dma"),
+                                               ((4, 50, 96), "generated_elementwise")])
+def test_rows_the_one_hot_select_also_takes_lower_to_the_faster_of_the_two(shape: tuple[int, ...],
+                                                                           kernel: str) -> None:
+    from trnsim.compiler import tilegen
+
+    x, labels = jax.ShapeDtypeStruct(shape, np.float32), jax.ShapeDtypeStruct((*shape[:-1], 1), np.int32)
+    program = trnsim.compile(jax.jit(lambda x, i: jnp.take_along_axis(x, i, axis=-1)).lower(x, labels), cache=False)
+    (step,) = _index_steps(program)
+    node = program.graph.nodes[step.nodes[0]]
+    recipe, pick = tilegen.index_recipe(node), dmagen.pick_for(node)
+    assert recipe is not None and pick is not None and step.kernel == kernel
+    one_hot, picked = tilegen.fused_time("trn3", recipe).seconds, dmagen.pick_time("trn3", pick).seconds
+    core = registry.get("trn3").core
+    assert core is not None
+    assert step.seconds < (one_hot if kernel == "generated_dma" else picked + core.dma.latency)  # DMA steps: + latency
+
+
 def test_other_index_forms_keep_their_kernels_or_fall_back_explicitly() -> None:
     table = np.zeros((64, 48), np.float32)
     ids = np.arange(5, dtype=np.int32)

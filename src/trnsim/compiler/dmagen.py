@@ -11,6 +11,12 @@ a pad copies the input into the interior and fills the padding slabs from a cons
 constant broadcast into a tensor is such a fill alone. The
 kernels are traced once per shape and timed in timing-only mode; on the functional simulator they move the
 data exactly (tested).
+
+Gathers and scatter-adds have two DMA forms. Row lookups of a ``[V, D]`` table and their gradient are the
+kernel library's embedding kernels (``Lookup``). One element per row along any axis (cross-entropy's
+``take_along_axis`` of the label's logit, and its gradient) is a ``Pick``: the flat address of each row's
+element is computed in SBUF and one indirect DMA per tile of 128 rows gathers, or scatter-adds, those
+single elements of the tensor viewed as ``[n, 1]``.
 """
 
 from __future__ import annotations

@@ -155,7 +155,10 @@ def plan_graph(graph: Graph, ctx: PassContext, machine: costs.Machine) -> Plan:
             uses.setdefault(v.id, set()).add(node.attrs.get("_group", -1))
     results = {v.id for v in graph.results}
     consts = {n.out.id: n for n in graph.nodes if n.op == "constant"}
-    absorbed = _absorb_zero_fills(groups, uses, results)
+    indexed = {gid: chosen for gid, members in groups.items() if len(members) == 1 and
+               members[0].attrs.get("_kind") == "index" and
+               (chosen := _index_kernel(members[0], machine, ctx)) is not None}
+    absorbed = _absorb_zero_fills(groups, uses, results, indexed)
     steps: list[Step] = []
     for gid in _topological(groups, graph):
         members = groups[gid]
@@ -209,26 +212,20 @@ def plan_graph(graph: Graph, ctx: PassContext, machine: costs.Machine) -> Plan:
             rule(machine, head, cost)
             layout = dmagen.layout_for(head) if kind == "data" else None
             moved = _generated_layout(machine.target, layout, ctx) if layout is not None else None
-            lookup = dmagen.lookup_for(head) if kind == "index" else None
-            if lookup is not None:
-                moved = _library_lookup(machine.target, lookup, ctx)
-                kernel_name = "embedding_lookup" if lookup.op == "gather" else "embedding_scatter_add"
-            elif kind == "index" and (one_hot := tilegen.index_recipe(head)) is not None and \
-                    (timed := _generated(machine.target, one_hot, ctx)) is not None:
-                # one element per row along the last axis: a one-hot select in generated tile code
-                cost.busy, cost.instructions = dict(timed.busy), dict(timed.by_engine)
-                cost.min_seconds = timed.seconds
-                kernel_name = "generated_elementwise"
-            elif kind == "index" and (pick := dmagen.pick_for(head)) is not None:
-                # one element per row of rows too wide for the one-hot's tiles, or along another axis:
-                # an indirect DMA of single elements by flat address (dmagen.Pick)
-                moved = _generated_pick(machine.target, pick, ctx)
+            if moved is not None:
+                kernel_name = "generated_dma"
+            chosen = indexed.get(gid)
+            if chosen is not None and chosen.tile is not None:
+                cost.busy, cost.instructions = dict(chosen.tile.busy), dict(chosen.tile.by_engine)
+                cost.min_seconds = chosen.tile.seconds
+                kernel_name = chosen.kernel
+            elif chosen is not None:
+                moved, kernel_name = chosen.moved, chosen.kernel
             if moved is not None:
                 # a generated DMA kernel, timed by the instruction-level model, replaces the analytic cost
                 cost.dma_bytes, cost.min_seconds = moved.dma_bytes, moved.seconds
                 cost.dma_seconds = moved.seconds
                 cost.instructions = dict(moved.by_engine)
-                kernel_name = "generated_dma" if lookup is None else kernel_name
         if kind != "data" and cost.dma_seconds == 0 and cost.dma_bytes:
             cost.dma_seconds = costs.dma_seconds(machine, cost.dma_bytes)
         deps = sorted({producer_step[v.id] for v in external.values() if v.id in producer_step})
@@ -280,30 +277,63 @@ def _generated_pick(target: str, pick: dmagen.Pick, ctx: PassContext) -> dmagen.
     return _kernel_or_none(lambda: dmagen.pick_time(target, pick), ctx, "dma_fallbacks")
 
 
-def _zero_filling(node: Node) -> bool:
-    """A scatter-add whose kernel fills its own output with zeros when its operand is a zero broadcast: the
-    embedding gradient (``zero_rows``), or a one-element-per-row pick the one-hot form does not take."""
-    if dmagen.lookup_for(node) is not None:
-        return True
+@dataclass(frozen=True)
+class IndexKernel:
+    """How a gather or scatter step lowers: its kernel's name and timing (a DMA kernel's or a tile kernel's),
+    and whether the kernel fills its own output with zeros (a scatter-add into a zero table)."""
+
+    kernel: str
+    moved: dmagen.LayoutTime | None = None
+    tile: tilegen.TileTime | None = None
+    zero_fill: bool = False
+
+    def seconds(self, latency: float) -> float:
+        """The step time the plan charges for this kernel (``plan_graph``: a DMA kernel's time is its DMA
+        time, after the step's DMA latency)."""
+        if self.tile is not None:
+            return max(self.tile.seconds, step_seconds(self.tile.busy, 0.0, latency))
+        assert self.moved is not None
+        return step_seconds({}, self.moved.seconds, latency)
+
+
+def _index_kernel(node: Node, machine: costs.Machine, ctx: PassContext) -> IndexKernel | None:
+    """The kernel of a gather or scatter: the library's embedding kernels for row lookups of a [V, D] table
+    and their gradient; for one element per row, the faster of the one-hot select in tile code (rows of up
+    to 4096) and the indirect-DMA pick (``dmagen.Pick``); None when no kernel takes the form or can be traced
+    (the step keeps the analytic cost, counted in ``dma_fallbacks``/``sbuf_fallbacks``)."""
+    lookup = dmagen.lookup_for(node)
+    if lookup is not None and (moved := _library_lookup(machine.target, lookup, ctx)) is not None:
+        return IndexKernel("embedding_lookup" if lookup.op == "gather" else "embedding_scatter_add", moved,
+                           zero_fill=lookup.op == "scatter_add")
+    one_hot = tilegen.index_recipe(node)
+    timed = _generated(machine.target, one_hot, ctx) if one_hot is not None else None
     pick = dmagen.pick_for(node)
-    return pick is not None and pick.zero and tilegen.index_recipe(node) is None
+    picked = _generated_pick(machine.target, pick, ctx) if pick is not None else None
+    options = [IndexKernel("generated_elementwise", tile=timed)] if timed is not None else []
+    if pick is not None and picked is not None:
+        # NOTE: a pick into zeros also absorbs the fill step it adds into (_absorb_zero_fills); the one-hot
+        # form reads the filled tensor: comparing the kernels alone favours the one-hot
+        options.append(IndexKernel("generated_dma", picked, zero_fill=pick.zero))
+    return min(options, key=lambda k: k.seconds(machine.dma_latency), default=None)
 
 
-def _absorb_zero_fills(groups: dict[int, list[Node]], uses: dict[int, set[int]], results: set[int]) -> set[int]:
+def _absorb_zero_fills(groups: dict[int, list[Node]], uses: dict[int, set[int]], results: set[int],
+                       indexed: dict[int, IndexKernel]) -> set[int]:
     """Move into a scatter-add's group the zero broadcast it adds into, when that broadcast is a group of its
-    own read by nothing else and the scatter's kernel zero-fills its output anyway (``_zero_filling``):
+    own read by nothing else and the scatter's kernel zero-fills its output anyway (``IndexKernel.zero_fill``):
     otherwise the fill is written to HBM by one step and never read by the next. Returns the scatter groups
     that absorbed a fill (their fill node comes first)."""
     absorbed: set[int] = set()
     for gid, members in list(groups.items()):
-        if len(members) != 1 or members[0].op != "scatter" or members[0].attrs.get("_kind") != "index":
+        chosen = indexed.get(gid)
+        if chosen is None or not chosen.zero_fill or members[0].op != "scatter":
             continue
         operand = members[0].inputs[0]
         fill = operand.producer
         fill_gid = fill.attrs.get("_group", -1) if fill is not None else -1
         if fill is None or fill_gid == gid or [id(n) for n in groups.get(fill_gid, [])] != [id(fill)] or \
                 operand.id in results or \
-                uses.get(operand.id) != {gid} or not dmagen.is_zero_fill(operand) or not _zero_filling(members[0]):
+                uses.get(operand.id) != {gid} or not dmagen.is_zero_fill(operand):
             continue
         groups[gid] = [fill, members[0]]
         del groups[fill_gid]
