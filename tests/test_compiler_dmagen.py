@@ -104,6 +104,14 @@ def test_concatenations_lower_to_dma_kernels_that_copy_exactly() -> None:
     np.testing.assert_array_equal(moved, np.concatenate([a, b, a], axis=1))
 
 
+@pytest.mark.parametrize("shape", [(1, 64, 8192), (2, 3, 70000)])
+def test_a_fill_keeps_each_dma_within_an_access_patterns_free_sizes(shape: tuple[int, ...]) -> None:
+    layout = dmagen.Layout("fill", shape, "fp32", value=-2.0)    # inner runs of 524288 and 70000 elements
+    filled = trnsim.run_kernel(dmagen._kernel(), np.zeros((1,), np.float32), layout=layout).outputs[0]  # pyright: ignore[reportPrivateUsage]
+    np.testing.assert_array_equal(filled, np.full(shape, -2.0, np.float32))
+    assert dmagen.layout_time("trn3", layout).seconds > 0
+
+
 def test_a_constant_broadcast_into_a_tensor_is_a_fill_and_an_inserted_unit_axis_is_a_view() -> None:
     x = np.arange(16 * 24, dtype=np.float32).reshape(16, 24)
     program = _program(lambda v: (jax.numpy.full((40, 96), 2.5, np.float32), v[:, None, :]), x)

@@ -181,14 +181,18 @@ def _pad_regions(low: tuple[int, ...], shape: tuple[int, ...], high: tuple[int, 
 
 
 def _fill(view: Any, constant: Any, copy: Any) -> None:
-    """DMA the constant tile into ``view``: a [p, f] block of it with p·f elements, split as needed."""
+    """DMA the constant tile into ``view``: a [p, f] block of it with p·f elements, split as needed (also
+    where the view's contiguous inner run exceeds an access pattern's 65535 elements per free dimension,
+    ``reference/neuron.md`` §1.2: sizes are uint16)."""
     from math import gcd
 
-    size = 1
-    for n in view.shape:
-        size *= n
+    from trnsim.isa.verify import MAX_COUNT
+
+    while len(view.shape) > 1 and view.shape[0] == 1:
+        view = view[0]            # a unit leading dim would make the rest one free dimension of the HBM side
+    size = prod(view.shape)
     p = gcd(size, 128)
-    if size // p <= FILL_COLS:
+    if size // p <= FILL_COLS and all(count <= MAX_COUNT for _, count in view.ap().free):
         copy(view, constant[:p, : size // p])
         return
     d = next(i for i, n in enumerate(view.shape) if n > 1)
