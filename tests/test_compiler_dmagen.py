@@ -128,7 +128,7 @@ def test_a_constant_broadcast_into_a_tensor_is_a_fill_and_an_inserted_unit_axis_
 
 def _pick(pick: dmagen.Pick, idx: np.ndarray, x: np.ndarray | None, upd: np.ndarray | None = None) -> np.ndarray:
     """The pick kernel on the functional simulator (x, idx and upd laid flat as [n, 1])."""
-    args = [idx.reshape(-1, 1), None if pick.zero or x is None else x.reshape(-1, 1),
+    args = [idx.reshape(-1, len(pick.index)), None if pick.zero or x is None else x.reshape(-1, 1),
             None if upd is None else upd.reshape(-1, 1)]
     while args[-1] is None:
         args.pop()
@@ -153,7 +153,7 @@ def test_a_pick_gather_moves_one_element_per_row_exactly_and_clamps_as_stablehlo
     rng = np.random.default_rng(outer * width + inner)
     x = rng.standard_normal(shape).astype(dtype)
     idx = rng.integers(-3, width + 3, (outer, inner)).astype(np.int32)     # some out of range: clamped
-    pick = dmagen.Pick("gather", outer, width, inner, "fp32" if dtype == "float32" else "bf16")
+    pick = dmagen.Pick.along("gather", outer, width, inner, "fp32" if dtype == "float32" else "bf16")
     got = _pick(pick, idx, x).reshape(outer, inner)
     want = np.take_along_axis(x, np.clip(idx, 0, width - 1)[:, None, :], axis=1)[:, 0, :]
     np.testing.assert_array_equal(_bits(got), _bits(want))
@@ -176,7 +176,7 @@ def test_a_pick_scatter_add_matches_add_at_bit_for_bit_and_drops_out_of_range_up
     if not zero:           # where a dropped update's clamped address lands: a -0.0 that adding +0.0 would flip
         base[rows, np.clip(idx[rows, cols], 0, width - 1), cols] = -0.0
     base, upd = base.astype(dtype).astype(np.float32), upd.astype(dtype).astype(np.float32)
-    pick = dmagen.Pick("scatter_add", outer, width, inner, "fp32" if dtype == "float32" else "bf16", zero=zero)
+    pick = dmagen.Pick.along("scatter_add", outer, width, inner, "fp32" if dtype == "float32" else "bf16", zero=zero)
     got = _pick(pick, idx, base.astype(dtype), upd.astype(dtype)).reshape(shape)
     want = base.copy()
     inside = (idx >= 0) & (idx < width)
@@ -191,24 +191,74 @@ def test_a_pick_takes_any_integer_index_type(index_dtype: str, dsl_dtype: str) -
     x = rng.standard_normal((150, 300)).astype(np.float32)
     idx = rng.integers(0, 300 if index_dtype != "uint8" else 256, (150, 1)).astype(index_dtype)
     idx[:3] = np.iinfo(index_dtype).max                                   # clamped to the last element
-    pick = dmagen.Pick("gather", 150, 300, 1, "fp32", dsl_dtype)
+    pick = dmagen.Pick.along("gather", 150, 300, 1, "fp32", dsl_dtype)
     got = _pick(pick, idx, x).reshape(150, 1)
     np.testing.assert_array_equal(got, np.take_along_axis(x, np.minimum(idx.astype(np.int64), 299), axis=1))
 
 
+@pytest.mark.parametrize("op", ["gather", "scatter_add"])
+def test_point_picks_clamp_each_index_component_and_accumulate_repeats_in_order(op: str) -> None:
+    rng = np.random.default_rng(8)
+    b, h, w, d = 3, 20, 30, 5                      # x [b, h, w, d]: rows (b, d), index vectors into (h, w)
+    x = rng.standard_normal((b, h, w, d)).astype(np.float32)
+    idx = np.stack([rng.integers(-2, h + 2, (b, d)), rng.integers(-2, w + 2, (b, d))], -1).astype(np.int32)
+    batched = dmagen.Pick(op, x.size, b, d, h * w * d, ((h, w * d), (w, d)), "fp32")
+    points = np.stack([rng.integers(-1, h + 1, 400), rng.integers(0, w, 400)], -1).astype(np.int32)
+    points[200:] = points[:200]                    # every point twice: scatter-adds accumulate in row order
+    flat = dmagen.Pick(op, h * w, 400, 1, 0, ((h, w), (w, 1)), "fp32")
+    table = x[0, :, :, 0].copy()
+    ib, idd = np.meshgrid(np.arange(b), np.arange(d), indexing="ij")
+    if op == "gather":
+        got = _pick(batched, idx, x).reshape(b, d)
+        np.testing.assert_array_equal(got, x[ib, np.clip(idx[..., 0], 0, h - 1), np.clip(idx[..., 1], 0, w - 1), idd])
+        got = _pick(flat, points, table).reshape(-1)
+        np.testing.assert_array_equal(got, table[np.clip(points[:, 0], 0, h - 1), points[:, 1]])
+        return
+    upd = rng.standard_normal((b, d)).astype(np.float32)
+    want = x.copy()
+    inside = (idx >= 0).all(-1) & (idx < (h, w)).all(-1)
+    np.add.at(want, (ib[inside], idx[..., 0][inside], idx[..., 1][inside], idd[inside]), upd[inside])
+    np.testing.assert_array_equal(_bits(_pick(batched, idx, x, upd).reshape(x.shape)), _bits(want))
+    upd = rng.standard_normal(400).astype(np.float32)
+    want = table.copy()
+    inside = (points[:, 0] >= 0) & (points[:, 0] < h)
+    np.add.at(want, (points[inside, 0], points[inside, 1]), upd[inside])
+    np.testing.assert_array_equal(_bits(_pick(flat, points, table, upd).reshape(h, w)), _bits(want))
+
+
 def test_pick_tiles_keep_flat_addresses_exact_in_the_fp32_alu() -> None:
-    wide = dmagen.Pick("gather", 1000, 2**20, 1, "fp32")
-    assert wide.tile_rows == 16 and all(p * 2**20 <= dmagen.EXACT for _, p, _ in wide.tiles())
-    assert dmagen.Pick("gather", 4, 40, 300, "fp32").tiles()[:3] == [(0, 128, 0), (128, 128, 128), (256, 44, 256)]
+    wide = dmagen.Pick.along("gather", 1000, 2**20, 1, "fp32")
+    assert wide.tile_rows == 16 and all(wide.span(p) <= dmagen.EXACT for _, p, _ in wide.tiles())
+    assert dmagen.Pick.along("gather", 4, 40, 300, "fp32").tiles()[:3] == [(0, 128, 0), (128, 128, 128),
+                                                                           (256, 44, 256)]
+    assert dmagen.Pick.along("gather", 2, 2**24 + 1, 1, "fp32").tile_rows == 0
 
 
 def _index_steps(program: trnsim.CompiledProgram) -> list[Any]:
     return [s for s in program.plan.steps if {"gather", "scatter"} & set(s.ops)]
 
 
-def test_take_along_a_5000_wide_axis_and_its_gradient_are_generated_dma_picks_that_match_jax() -> None:
+def _check_pick_step(program: trnsim.CompiledProgram, step: Any, args: list[np.ndarray]) -> dmagen.Pick:
+    """Run the step's pick kernel on the functional simulator with the values the reference interpreter
+    gives its inputs; compare bit for bit with the interpreter's result."""
     from trnsim.ir.interp import Env, Interpreter
 
+    node = program.graph.nodes[step.nodes[-1]]
+    pick = dmagen.pick_for(node)
+    assert pick is not None
+    env, interp = Env(), Interpreter()
+    for p, a in zip(program.graph.params, args, strict=True):
+        env[p.id] = a
+    for n in program.graph.nodes:
+        for v, a in zip(n.outputs, interp.run_node(n, [env[u.id] for u in n.inputs], env), strict=True):
+            env[v.id] = a
+    values = [np.asarray(env[v.id]) for v in node.inputs]
+    got = _pick(pick, values[1], values[0], values[2] if len(values) > 2 else None)
+    np.testing.assert_array_equal(_bits(got).reshape(-1), _bits(np.asarray(env[node.out.id])).reshape(-1))
+    return pick
+
+
+def test_take_along_a_5000_wide_axis_and_its_gradient_are_generated_dma_picks_that_match_jax() -> None:
     rng = np.random.default_rng(11)
     x = rng.standard_normal((3, 70, 5000)).astype(np.float32)             # 210 rows, beyond the one-hot's 4096
     labels = rng.integers(0, 5000, (3, 70, 1)).astype(np.int32)
@@ -225,17 +275,8 @@ def test_take_along_a_5000_wide_axis_and_its_gradient_are_generated_dma_picks_th
         (step,) = _index_steps(program)
         assert step.kernel == "generated_dma" and step.instructions["dma"] > 0 and step.dma_seconds > 0
         node = program.graph.nodes[step.nodes[-1]]
-        pick = dmagen.pick_for(node)
-        assert pick is not None and (pick.outer, pick.width, pick.inner) == (210, 5000, 1)
-        env, interp = Env(), Interpreter()
-        for p, a in zip(program.graph.params, (x, labels), strict=True):
-            env[p.id] = a
-        for n in program.graph.nodes:
-            for v, a in zip(n.outputs, interp.run_node(n, [env[u.id] for u in n.inputs], env), strict=True):
-                env[v.id] = a
-        values = [np.asarray(env[v.id]) for v in node.inputs]
-        kernel = _pick(pick, values[1], values[0], values[2] if len(values) > 2 else None)
-        np.testing.assert_array_equal(kernel.reshape(-1), np.asarray(env[node.out.id]).reshape(-1))
+        pick = _check_pick_step(program, step, [x, labels])
+        assert pick == dmagen.Pick.along(pick.op, 210, 5000, 1, "fp32", zero=pick.zero)
         if node.op == "scatter":       # the zero fill it adds into is part of the step, not a step of its own
             assert pick.zero and step.ops == ["broadcast_in_dim", "scatter"]
             np.testing.assert_array_equal(got, jax.grad(loss)(x, labels))
@@ -257,6 +298,25 @@ def test_rows_the_one_hot_select_also_takes_lower_to_the_faster_of_the_two(shape
     core = registry.get("trn3").core
     assert core is not None
     assert step.seconds < (one_hot if kernel == "generated_dma" else picked + core.dma.latency)  # DMA steps: + latency
+
+
+def test_logits_at_arange_and_labels_and_its_gradient_are_point_picks_that_match_jax() -> None:
+    rng = np.random.default_rng(12)
+    x = rng.standard_normal((300, 5000)).astype(np.float32)
+    labels = rng.integers(0, 5000, 300).astype(np.int32)
+
+    def loss(x: jax.Array, labels: jax.Array) -> jax.Array:
+        return -x[jnp.arange(300), labels].sum()
+
+    for fn in (loss, jax.grad(loss)):
+        jitted = trnsim.jit(fn, cache=False)
+        np.testing.assert_allclose(jitted(x, labels), jax.jit(fn)(x, labels), rtol=1e-6, atol=0)
+        program = jitted.last_program
+        assert program is not None
+        (step,) = _index_steps(program)
+        pick = _check_pick_step(program, step, [x, labels])
+        assert step.kernel == "generated_dma"
+        assert (pick.outer, pick.inner, pick.outer_stride, pick.index) == (300, 1, 0, ((300, 5000), (5000, 1)))
 
 
 def test_other_index_forms_keep_their_kernels_or_fall_back_explicitly() -> None:

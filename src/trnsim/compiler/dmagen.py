@@ -347,50 +347,72 @@ ACCUMULATE_DTYPES = ("fp32", "bf16", "fp16")   # DMA read-add-write is BF16/FP32
 
 @dataclass(frozen=True)
 class Pick:
-    """One element per row of ``x``, viewed as ``[outer, width, inner]`` with the indexed axis in the middle
-    and the rows the other axes in order (row ``r = l · inner + j``):
+    """A gather of single elements of ``x``, or a scatter-add of single elements into it, one per row.
 
-        gather:       out[l, j] = x[l, clamp(idx[l, j], 0, width - 1), j]      # StableHLO clamps starts
-        scatter_add:  out = x;  out[l, idx[l, j], j] += upd[l, j]              # out-of-range: dropped
+    Row ``r`` sits at ``base(r) + Σ_c clamp(idx[r, c], 0, size_c - 1) · stride_c`` of ``x`` flat, where
+    ``index`` gives each index component's ``(size_c, stride_c)`` and ``base`` comes from the batching dims:
+    rows are ``[outer, inner]`` and ``base(o, j) = o · outer_stride + j`` (``take_along_axis`` on ``x``
+    viewed as ``[outer, width, inner]``: one component ``(width, inner)``, ``outer_stride = width · inner``).
+    Without batching dims (``x[i, j]`` point lookups) ``inner = 1`` and ``outer_stride = 0``.
+
+        gather:       out[r] = x[address(r)]                        # StableHLO clamps start indices
+        scatter_add:  out = x;  out[address(r)] += upd[r]           # rows out of range: dropped
 
     ``zero``: the scatter's ``x`` is a broadcast +0.0, so the kernel fills its output instead of copying."""
 
-    op: str                 # "gather" | "scatter_add"
+    op: str                                   # "gather" | "scatter_add"
+    size: int                                 # elements of x
     outer: int
-    width: int
     inner: int
-    dtype: str              # DSL dtype of x (and of upd)
+    outer_stride: int
+    index: tuple[tuple[int, int], ...]        # (size, stride) per index component
+    dtype: str                                # DSL dtype of x (and of upd)
     index_dtype: str = "int32"
     zero: bool = False
+
+    @staticmethod
+    def along(op: str, outer: int, width: int, inner: int, dtype: str, index_dtype: str = "int32",
+              zero: bool = False) -> Pick:
+        """One element per row along the middle axis of ``x`` as ``[outer, width, inner]``."""
+        return Pick(op, outer * width * inner, outer, inner, width * inner, ((width, inner),), dtype, index_dtype,
+                    zero)
 
     @property
     def rows(self) -> int:
         return self.outer * self.inner
 
-    def tiles(self) -> list[tuple[int, int, int]]:
-        """``(first row, rows, first flat element of the table view)`` per tile of at most ``tile_rows`` rows;
-        a tile's rows are consecutive and its addresses ``clamp(idx) · scale + p · step`` from the view's
-        start, all below ``EXACT``."""
-        if self.inner == 1:
-            return [(r0, p, r0 * self.width) for r0, p in _blocks(self.outer, self.tile_rows)]
-        return [(o * self.inner + j0, p, o * self.width * self.inner + j0)
-                for o in range(self.outer) for j0, p in _blocks(self.inner, self.tile_rows)]
-
     @property
-    def tile_rows(self) -> int:
-        if self.inner == 1:
-            return min(128, EXACT // self.width)
-        return min(128, self.inner, EXACT - (self.width - 1) * self.inner)
-
-    @property
-    def scale(self) -> int:
-        """Flat elements between consecutive values of the index."""
-        return self.inner
+    def reach(self) -> int:
+        """The largest address offset the index components give."""
+        return sum((n - 1) * stride for n, stride in self.index)
 
     @property
     def step(self) -> int:
         """Flat elements between consecutive rows (partitions) of a tile."""
-        return self.width if self.inner == 1 else 1
+        return self.outer_stride if self.inner == 1 else 1
+
+    @property
+    def tile_rows(self) -> int:
+        """Rows per tile: at most 128, and few enough that every address of a tile, counted from its view's
+        start, is below ``EXACT``; 0 when not even one row's are."""
+        room = EXACT - 1 - self.reach
+        if room < 0:
+            return 0
+        if self.inner == 1:
+            return min(128, room // self.step + 1) if self.step else 128
+        return min(128, self.inner, room + 1)
+
+    def tiles(self) -> list[tuple[int, int, int]]:
+        """``(first row, rows, first element of the tile's view of x)`` per tile; a tile's rows are
+        consecutive and their addresses ``p · step + Σ_c clamp(idx_c) · stride_c`` from the view's start."""
+        if self.inner == 1:
+            return [(r0, p, r0 * self.outer_stride) for r0, p in _blocks(self.outer, self.tile_rows)]
+        return [(o * self.inner + j0, p, o * self.outer_stride + j0)
+                for o in range(self.outer) for j0, p in _blocks(self.inner, self.tile_rows)]
+
+    def span(self, p: int) -> int:
+        """Elements of the view a tile of ``p`` rows addresses."""
+        return (p - 1) * self.step + self.reach + 1
 
 
 def _blocks(n: int, size: int) -> list[tuple[int, int]]:
@@ -411,17 +433,15 @@ def is_zero_fill(value: Value) -> bool:
     return bool(c[0] == 0 and not np.signbit(c[0]))
 
 
-def _batch_dims(dims: tuple[int, ...], rank: int, vec: int) -> bool:
-    """The index tensor's batching dims are its leading non-vector dims, in order."""
-    rest = [d for d in range(rank) if d != vec]
-    return tuple(dims) == tuple(rest[: len(dims)])
-
-
 def pick_for(node: Node) -> Pick | None:
-    """The one-element-per-row form of a gather or add-scatter (the indexed axis ``k`` collapsed, every other
-    axis of the operand a batching dim paired in order with the index tensor's leading dims, one start index
-    per row), or None: other forms, dtypes, a flat index the fp32 ALU cannot hold exactly, or more than
-    ``MAX_PICK_TILES`` tiles."""
+    """The ``Pick`` form of a gather or add-scatter of single elements (all slice sizes 1, no window dims),
+    or None. The index vector is the index tensor's innermost dim (or one component); the rows are the
+    index tensor's other dims in order, and either
+      - the operand's batching dims are its leading and trailing dims, paired in order with the index
+        tensor's leading dims, the collapsed dims between them, one index vector per row; or
+      - there are no batching dims (point lookups ``x[i, j]``).
+    None also for dtypes the DMA cannot add (a scatter-add into integers), addresses the fp32 ALU cannot
+    hold exactly, and more than ``MAX_PICK_TILES`` tiles: the step then keeps the analytic cost."""
     from trnsim.ir.semantics.reduce import simple_combiner
 
     if node.op not in ("gather", "scatter") or len(node.inputs) < 2 or len(node.outputs) != 1:
@@ -441,21 +461,28 @@ def pick_for(node: Node) -> Pick | None:
         batching, idx_batching = dn["input_batching_dims"], dn["scatter_indices_batching_dims"]
         ok = len(node.inputs) == 3 and not dn["update_window_dims"] and simple_combiner(node.regions[0]) == "add" \
             and node.inputs[2].type.dtype == x.dtype and DSL_DTYPE[x.dtype] in ACCUMULATE_DTYPES
-    if not ok or len(collapsed) != 1 or tuple(to_operand) != tuple(collapsed):
+    m = idx.shape[vec] if vec < idx.rank else 1
+    rest = [d for d in range(idx.rank) if d != vec]
+    if not ok or sorted((*collapsed, *batching)) != list(range(x.rank)) or len(to_operand) != m or \
+            len(set(to_operand)) != m or not set(to_operand) <= set(collapsed) or (m > 1 and vec != idx.rank - 1) or \
+            tuple(batching) != tuple(sorted(batching)) or tuple(idx_batching) != tuple(rest[: len(batching)]):
         return None
-    k = collapsed[0]
-    if tuple(batching) != tuple(d for d in range(x.rank) if d != k) or \
-            not _batch_dims(tuple(idx_batching), idx.rank, vec) or (vec < idx.rank and idx.shape[vec] != 1):
+    strides = [prod(x.shape[d + 1:]) for d in range(x.rank)]
+    index = tuple((x.shape[d], strides[d]) for d in to_operand)
+    if batching:
+        a, e = min(collapsed), max(collapsed) + 1
+        if sorted(collapsed) != list(range(a, e)) or prod(idx.shape[d] for d in rest[len(batching):]) != 1:
+            return None
+        outer, inner, outer_stride = prod(x.shape[:a]), prod(x.shape[e:]), prod(x.shape[a:])
+    else:
+        outer, inner, outer_stride = idx.size // m, 1, 0
+    rows = outer * inner
+    if node.out.type.size != (x.size if node.op == "scatter" else rows) or \
+            (node.op == "scatter" and node.inputs[2].type.size != rows):
         return None
-    width = x.shape[k]
-    outer, inner = prod(x.shape[:k]), prod(x.shape[k + 1:])
-    if idx.size != outer * inner or node.out.type.size != (x.size if node.op == "scatter" else outer * inner):
-        return None
-    if node.op == "scatter" and node.inputs[2].type.size != outer * inner:
-        return None
-    pick = Pick("gather" if node.op == "gather" else "scatter_add", outer, width, inner, DSL_DTYPE[x.dtype],
-                INDEX_DTYPES[idx.dtype], node.op == "scatter" and is_zero_fill(node.inputs[0]))
-    if width > EXACT or pick.tile_rows < 1 or len(pick.tiles()) > MAX_PICK_TILES:
+    pick = Pick("gather" if node.op == "gather" else "scatter_add", x.size, outer, inner, outer_stride, index,
+                DSL_DTYPE[x.dtype], INDEX_DTYPES[idx.dtype], node.op == "scatter" and is_zero_fill(node.inputs[0]))
+    if pick.tile_rows < 1 or len(pick.tiles()) > MAX_PICK_TILES:
         return None
     return pick
 
@@ -468,64 +495,68 @@ def _pick_kernel() -> Any:
     @dsl.kernel
     def pick_rows(idx: Tensor, x: Tensor | None = None, upd: Tensor | None = None, *, pick: Pick) -> Tensor:
         """``pick``'s gather or scatter-add (``Pick``) by indirect DMA of single elements: ``x`` (and the
-        output of a scatter) viewed flat as ``[outer · width · inner, 1]``, one element a "row"; ``idx`` and
-        ``upd`` as ``[rows, 1]``.
+        output of a scatter) viewed flat as ``[size, 1]``, one element a "row"; ``idx`` as ``[rows,
+        components]``, ``upd`` as ``[rows, 1]``.
 
-        NOTE: per tile of ≤ 128 rows, VectorE makes the flat address from the loaded indices in two
-        ``tensor_scalar``s (clamp to the axis, then ``· scale + iota[p]``, the iota made once on GpSimd), and
-        one ``dma_gather``/``dma_scatter_add`` moves the tile's elements. The table view starts at the tile's
-        first row, so addresses stay below 2**24 (exact in the fp32 ALU) whatever the number of rows. The
-        alternative, a one-hot select over whole rows (``tilegen.onehot``), reads every element of ``x``;
-        this reads one per row, at one DMA descriptor each (neuron.md §2.6: small payloads are
-        overhead-bound, here by design). A scatter first fills its output (zeros from a constant tile, or a
-        copy of ``x``); out-of-range indices add -0.0 to a clamped address, which leaves every value (±0 and
-        NaN included) as it was, as StableHLO's scatter drops them."""
-        total = pick.outer * pick.width * pick.inner
-        n = max(p for _, p, _ in pick.tiles())
+        NOTE: per tile of ≤ 128 rows, VectorE makes the flat addresses from the loaded index vectors (per
+        component a ``tensor_scalar`` clamping it to its axis, and one ``· stride + the address so far``,
+        starting from an iota of the rows' bases made once on GpSimd), then one ``dma_gather`` or
+        ``dma_scatter_add`` moves the tile's elements. The tile's view of ``x`` starts at its first row's
+        base, so addresses stay below 2**24 (exact in the fp32 ALU) whatever the number of rows. The
+        alternative for rows along the last axis, a one-hot select over whole rows (``tilegen.onehot``),
+        reads every element of ``x``; this reads one per row, at one DMA descriptor each (neuron.md §2.6:
+        small payloads are overhead-bound, here by design). A scatter first fills its output (zeros from a
+        constant tile, or a copy of ``x``); rows out of range add -0.0 at a clamped address, which leaves
+        every value (±0 and NaN included) as it was, as StableHLO's scatter drops them."""
+        tiles = pick.tiles()
+        n = max(p for _, p, _ in tiles)
         iota = dsl.iota((n, 1), "int32", channel_multiplier=pick.step)
         drop = dsl.full((n, 1), -0.0, pick.dtype) if pick.op == "scatter_add" else None
         if pick.op == "gather":
-            assert x is not None
             out = dsl.hbm_tensor((pick.rows, 1), pick.dtype, name="picked")
         else:
-            assert upd is not None
-            out = dsl.hbm_tensor((total, 1), pick.dtype, name="scattered")
+            out = dsl.hbm_tensor((pick.size, 1), pick.dtype, name="scattered")
             if pick.zero:
-                _fill_flat(out, dsl.zeros((128, FILL_COLS), pick.dtype), total)
+                _fill_flat(out, dsl.zeros((128, FILL_COLS), pick.dtype), pick.size)
             else:
                 assert x is not None
-                for a, m in _blocks(total, -(-total // QUEUES)):
-                    dsl.dma_copy(out[a : a + m], x[a : a + m])
-        tiles = pick.tiles()
+                for a, k in _blocks(pick.size, -(-pick.size // QUEUES)):
+                    dsl.dma_copy(out[a : a + k], x[a : a + k])
 
-        def address(tile: tuple[int, int, int]) -> Callable[[], tuple[Tensor, ...]]:
+        def address(tile: tuple[int, int, int]) -> Callable[[], tuple[Tensor, Tensor | None]]:
             r0, p, _ = tile
 
-            def make() -> tuple[Tensor, ...]:
+            def make() -> tuple[Tensor, Tensor | None]:
                 ids = dsl.load(idx[r0 : r0 + p])
                 values = dsl.load(upd[r0 : r0 + p]) if upd is not None else None
-                clamped = dsl.tensor_scalar(ids, "max", 0.0, "min", float(pick.width - 1), dtype="int32")
-                flat = dsl.tensor_scalar(clamped, "mul", float(pick.scale), "add", iota[:p], dtype="int32")
+                flat, inside = iota[:p], None
+                for c, (size, stride) in enumerate(pick.index):
+                    one = ids[:, c : c + 1]
+                    clamped = dsl.tensor_scalar(one, "max", 0.0, "min", float(size - 1), dtype="int32")
+                    flat = dsl.tensor_scalar(clamped, "mul", float(stride), "add", flat, dtype="int32")
+                    if values is not None:
+                        kept = dsl.tensor_tensor(clamped, one, "eq", dtype="uint8")
+                        inside = kept if inside is None else dsl.tensor_tensor(inside, kept, "mul")
                 if values is None:
-                    return (flat,)
-                assert drop is not None
-                inside = dsl.tensor_tensor(clamped, ids, "eq", dtype="uint8")
+                    return flat, None
+                assert drop is not None and inside is not None
                 return flat, dsl.where(inside, values, drop[:p])
             return make
 
-        def table(tile: tuple[int, int, int], t: Tensor) -> Tensor:
+        def view(tile: tuple[int, int, int], t: Tensor) -> Tensor:
             _, p, t0 = tile
-            return t[t0 : t0 + (p - 1) * pick.step + (pick.width - 1) * pick.scale + 1]
+            return t[t0 : t0 + pick.span(p)]
 
         addresses = prefetch([address(tile) for tile in tiles], PICK_DEPTH)
         if pick.op == "scatter_add":
             for tile, (flat, kept) in zip(tiles, addresses, strict=True):
-                dsl.dma_scatter_add(table(tile, out), kept, flat)
+                assert kept is not None
+                dsl.dma_scatter_add(view(tile, out), kept, flat)
             return out
         assert x is not None
 
         def gather(tile: tuple[int, int, int]) -> Callable[[], Tensor]:
-            return lambda: dsl.dma_gather(dsl.sbuf((tile[1], 1), pick.dtype), table(tile, x), next(addresses)[0])
+            return lambda: dsl.dma_gather(dsl.sbuf((tile[1], 1), pick.dtype), view(tile, x), next(addresses)[0])
 
         for (r0, p, _), got in zip(tiles, prefetch([gather(tile) for tile in tiles], PICK_DEPTH), strict=True):
             dsl.store(out[r0 : r0 + p], got)
@@ -564,9 +595,9 @@ def pick_specs(pick: Pick) -> list[Any]:
     import trnsim
 
     spec: Any = trnsim.TensorSpec
-    x = None if pick.zero else spec((pick.outer * pick.width * pick.inner, 1), pick.dtype)
+    x = None if pick.zero else spec((pick.size, 1), pick.dtype)
     upd = spec((pick.rows, 1), pick.dtype) if pick.op == "scatter_add" else None
-    return [spec((pick.rows, 1), pick.index_dtype), x, upd]
+    return [spec((pick.rows, len(pick.index)), pick.index_dtype), x, upd]
 
 
 @lru_cache(maxsize=256)
