@@ -145,18 +145,24 @@ def _bits(a: np.ndarray) -> np.ndarray:
 SHAPES = [(300, 1000, 1), (2, 5000, 1), (5, 130, 7), (3, 40, 200)]
 
 
-@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+DSL_TYPES = {"float32": "fp32", "bfloat16": "bf16", "int32": "int32"}
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "int32"])
 @pytest.mark.parametrize("shape", SHAPES)
 def test_a_pick_gather_moves_one_element_per_row_exactly_and_clamps_as_stablehlo(
         shape: tuple[int, int, int], dtype: str) -> None:
     outer, width, inner = shape
     rng = np.random.default_rng(outer * width + inner)
-    x = rng.standard_normal(shape).astype(dtype)
+    x = (rng.integers(-2**31, 2**31, shape) if dtype == "int32" else rng.standard_normal(shape)).astype(dtype)
     idx = rng.integers(-3, width + 3, (outer, inner)).astype(np.int32)     # some out of range: clamped
-    pick = dmagen.Pick.along("gather", outer, width, inner, "fp32" if dtype == "float32" else "bf16")
+    pick = dmagen.Pick.along("gather", outer, width, inner, DSL_TYPES[dtype])
     got = _pick(pick, idx, x).reshape(outer, inner)
     want = np.take_along_axis(x, np.clip(idx, 0, width - 1)[:, None, :], axis=1)[:, 0, :]
-    np.testing.assert_array_equal(_bits(got), _bits(want))
+    if dtype == "int32":             # moved as bytes: integers beyond fp32's exact range too
+        np.testing.assert_array_equal(np.asarray(got).astype(np.int64), want.astype(np.int64))
+    else:
+        np.testing.assert_array_equal(_bits(got), _bits(want))
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
@@ -331,3 +337,8 @@ def test_other_index_forms_keep_their_kernels_or_fall_back_explicitly() -> None:
     program = trnsim.compile(jax.jit(lambda x, i: jnp.take_along_axis(x, i, axis=-1)).lower(huge, lab), cache=False)
     (step,) = _index_steps(program)
     assert step.kernel == "dma_gather_scatter" and dmagen.pick_for(program.graph.nodes[step.nodes[0]]) is None
+    half = jax.ShapeDtypeStruct((4, 5000), np.float16)        # DMA read-add-write is BF16/FP32 only
+    grad = jax.grad(lambda x, i: jnp.take_along_axis(x, i, axis=-1).astype(np.float32).sum())
+    program = trnsim.compile(jax.jit(grad).lower(half, jax.ShapeDtypeStruct((4, 1), np.int32)), cache=False)
+    (step,) = _index_steps(program)
+    assert step.kernel == "dma_gather_scatter" and dmagen.pick_for(program.graph.nodes[step.nodes[-1]]) is None

@@ -342,7 +342,7 @@ EXACT = 2**24          # the ALU computes in fp32 (isa.ops): integer addresses b
 MAX_PICK_TILES = 1024  # row tiles of one pick kernel; beyond this the step keeps the analytic cost
 PICK_DEPTH = 8         # tiles whose addresses (and gathers) are issued ahead: the sync engine issues DMAs in order
 INDEX_DTYPES: dict[str, str] = {k: DSL_DTYPE[k] for k in ("i32", "ui32", "i16", "ui16", "i8", "ui8")}
-ACCUMULATE_DTYPES = ("fp32", "bf16", "fp16")   # DMA read-add-write is BF16/FP32 (neuron.md §1.4), no ints (§1.5)
+ACCUMULATE_DTYPES = ("fp32", "bf16")   # DMA read-add-write is BF16/FP32 (neuron.md §1.4), no ints (§1.5)
 
 
 @dataclass(frozen=True)
