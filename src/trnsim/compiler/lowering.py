@@ -233,7 +233,7 @@ def plan_graph(graph: Graph, ctx: PassContext, machine: costs.Machine) -> Plan:
             sum(p.total_seconds for p in sub)
         index = len(steps)
         steps.append(Step(index, kernel_name, [n.op for n in members],
-                          [position[id(n)] for n in members if id(n) in member_ids], members[0].loc, cost.busy,
+                          [position[id(n)] for n in members if id(n) in member_ids], head.loc, cost.busy,
                           cost.dma_bytes, cost.dma_seconds, seconds, cost.flops, cost.operand_dtype, deps,
                           cost.sbuf_bytes, cost.spilled, cost.instructions, sub=sub))
         for v in produced:
@@ -331,9 +331,8 @@ def _absorb_zero_fills(groups: dict[int, list[Node]], uses: dict[int, set[int]],
         operand = members[0].inputs[0]
         fill = operand.producer
         fill_gid = fill.attrs.get("_group", -1) if fill is not None else -1
-        if fill is None or fill_gid == gid or [id(n) for n in groups.get(fill_gid, [])] != [id(fill)] or \
-                operand.id in results or \
-                uses.get(operand.id) != {gid} or not dmagen.is_zero_fill(operand):
+        if fill is None or fill_gid == gid or operand.id in results or uses.get(operand.id) != {gid} or \
+                [id(n) for n in groups.get(fill_gid, [])] != [id(fill)] or not dmagen.is_zero_fill(operand):
             continue
         groups[gid] = [fill, members[0]]
         del groups[fill_gid]
