@@ -342,3 +342,14 @@ def test_other_index_forms_keep_their_kernels_or_fall_back_explicitly() -> None:
     program = trnsim.compile(jax.jit(grad).lower(half, jax.ShapeDtypeStruct((4, 1), np.int32)), cache=False)
     (step,) = _index_steps(program)
     assert step.kernel == "dma_gather_scatter" and dmagen.pick_for(program.graph.nodes[step.nodes[-1]]) is None
+
+
+def test_a_generated_kernels_simulated_time_is_its_steps_time() -> None:
+    """The kernel's timed run includes its DMAs' fixed latency: the step does not add it again."""
+    x = np.zeros((128, 384), np.float32)
+    program = _program(lambda v: v.T, x)
+    (step,) = program.plan.steps
+    layout = dmagen.layout_for(program.graph.nodes[step.nodes[0]])
+    assert step.kernel == "generated_dma" and layout is not None
+    assert step.seconds == dmagen.layout_time("trn3", layout).seconds
+    assert program.plan.total_seconds == step.seconds

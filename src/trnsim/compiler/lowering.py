@@ -176,6 +176,7 @@ def plan_graph(graph: Graph, ctx: PassContext, machine: costs.Machine) -> Plan:
         outputs = [v for n in members for v in n.outputs
                    if v.id in results or any(g != gid for g in uses.get(v.id, ()))]
         cost = costs.StepCost()
+        kernel_seconds: float | None = None  # a whole kernel's simulated time (its DMA latencies included)
         kind = head.attrs.get("_kind", "fused")
         kernel_name: str = KERNEL_NAMES.get(kind) or str(kind)
         sub: list[Plan] = []
@@ -190,7 +191,7 @@ def plan_graph(graph: Graph, ctx: PassContext, machine: costs.Machine) -> Plan:
                 (filled := _generated_layout(machine.target, fill, ctx)) is not None:
             # a constant materialised in HBM: DMAs from a constant SBUF tile
             cost.dma_bytes, cost.min_seconds = filled.dma_bytes, filled.seconds
-            cost.dma_seconds = filled.seconds
+            cost.dma_seconds = kernel_seconds = filled.seconds
             cost.instructions = dict(filled.by_engine)
             kernel_name = "generated_dma"
         elif kind == "fused":
@@ -201,7 +202,7 @@ def plan_graph(graph: Graph, ctx: PassContext, machine: costs.Machine) -> Plan:
                 # generated tile code, timed by the instruction-level model, replaces the analytic estimate
                 cost.busy = dict(timed.busy)
                 cost.instructions = dict(timed.by_engine)
-                cost.min_seconds = timed.seconds
+                cost.min_seconds = kernel_seconds = timed.seconds
                 kernel_name = "generated_elementwise"
         elif kind == "control":
             for region in members[0].regions:
@@ -217,20 +218,21 @@ def plan_graph(graph: Graph, ctx: PassContext, machine: costs.Machine) -> Plan:
             chosen = indexed.get(gid)
             if chosen is not None and chosen.tile is not None:
                 cost.busy, cost.instructions = dict(chosen.tile.busy), dict(chosen.tile.by_engine)
-                cost.min_seconds = chosen.tile.seconds
+                cost.min_seconds = kernel_seconds = chosen.tile.seconds
                 kernel_name = chosen.kernel
             elif chosen is not None:
                 moved, kernel_name = chosen.moved, chosen.kernel
             if moved is not None:
                 # a generated DMA kernel, timed by the instruction-level model, replaces the analytic cost
                 cost.dma_bytes, cost.min_seconds = moved.dma_bytes, moved.seconds
-                cost.dma_seconds = moved.seconds
+                cost.dma_seconds = kernel_seconds = moved.seconds
                 cost.instructions = dict(moved.by_engine)
         if kind != "data" and cost.dma_seconds == 0 and cost.dma_bytes:
             cost.dma_seconds = costs.dma_seconds(machine, cost.dma_bytes)
         deps = sorted({producer_step[v.id] for v in external.values() if v.id in producer_step})
-        seconds = max(cost.min_seconds, step_seconds(cost.busy, cost.dma_seconds, machine.dma_latency)) + \
-            sum(p.total_seconds for p in sub)
+        if kernel_seconds is None:  # an analytic step: the engines' and DMA's work after the DMA latency
+            kernel_seconds = max(cost.min_seconds, step_seconds(cost.busy, cost.dma_seconds, machine.dma_latency))
+        seconds = kernel_seconds + sum(p.total_seconds for p in sub)
         index = len(steps)
         steps.append(Step(index, kernel_name, [n.op for n in members],
                           [position[id(n)] for n in members if id(n) in member_ids], head.loc, cost.busy,
@@ -287,13 +289,13 @@ class IndexKernel:
     tile: tilegen.TileTime | None = None
     zero_fill: bool = False
 
-    def seconds(self, latency: float) -> float:
-        """The step time the plan charges for this kernel (``plan_graph``: a DMA kernel's time is its DMA
-        time, after the step's DMA latency)."""
+    @property
+    def seconds(self) -> float:
+        """The step time the plan charges for this kernel: its simulated time, DMA latencies included."""
         if self.tile is not None:
-            return max(self.tile.seconds, step_seconds(self.tile.busy, 0.0, latency))
+            return self.tile.seconds
         assert self.moved is not None
-        return step_seconds({}, self.moved.seconds, latency)
+        return self.moved.seconds
 
 
 def _index_kernel(node: Node, machine: costs.Machine, ctx: PassContext) -> IndexKernel | None:
@@ -314,7 +316,7 @@ def _index_kernel(node: Node, machine: costs.Machine, ctx: PassContext) -> Index
         # NOTE: a pick into zeros also absorbs the fill step it adds into (_absorb_zero_fills); the one-hot
         # form reads the filled tensor: comparing the kernels alone favours the one-hot
         options.append(IndexKernel("generated_dma", picked, zero_fill=pick.zero))
-    return min(options, key=lambda k: k.seconds(machine.dma_latency), default=None)
+    return min(options, key=lambda k: k.seconds, default=None)
 
 
 def _absorb_zero_fills(groups: dict[int, list[Node]], uses: dict[int, set[int]], results: set[int],
