@@ -49,6 +49,7 @@ Operations (names follow NKI where it has them):
   ``f(x, scale=, bias=)``, or ``activation(func, x, ..., reduce_res=)`` / ``activation_reduce``;
   ``where`` (select), ``affine_select`` (masks);
 * reductions (``reductions``): ``reduce(op, x, axis)``, ``reduce_sum/max/min/prod``, ``partition_reduce``,
+  ``max8`` / ``find_index8`` / ``match_replace8`` (top-k selection),
   ``partition_broadcast``, ``bn_stats``, ``bn_aggr``.
 
 Results are new SBUF tiles unless ``out=`` names one; their dtype is the first operand's (fp32 out of
@@ -136,6 +137,9 @@ from trnsim.dsl.jit import run_kernel as run_kernel
 from trnsim.dsl.jit import typed as typed
 from trnsim.dsl.reductions import bn_aggr as bn_aggr
 from trnsim.dsl.reductions import bn_stats as bn_stats
+from trnsim.dsl.reductions import find_index8 as find_index8
+from trnsim.dsl.reductions import match_replace8 as match_replace8
+from trnsim.dsl.reductions import max8 as max8
 from trnsim.dsl.reductions import partition_broadcast as partition_broadcast
 from trnsim.dsl.reductions import partition_reduce as partition_reduce
 from trnsim.dsl.reductions import reduce as reduce

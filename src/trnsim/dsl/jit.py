@@ -227,7 +227,7 @@ class KernelResult:
 
 
 def run_kernel(
-    k: Kernel | Callable[..., Any], *arrays: Arg, target: str = "trn3", timing: bool = False, **params: Any
+    k: Kernel | Callable[..., Any], /, *arrays: Arg, target: str = "trn3", timing: bool = False, **params: Any
 ) -> KernelResult:
     """Trace ``k`` for these inputs (cached), run it on a fresh simulated device, return its outputs.
 

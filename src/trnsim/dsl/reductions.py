@@ -18,7 +18,18 @@ from trnsim.dsl.tensor import Tensor
 from trnsim.dsl.trace import current
 from trnsim.isa.base import Engine
 from trnsim.isa.ops import REDUCE_OPS
-from trnsim.isa.reduction import BN_STATS_WIDTH, BnAggr, BnStats, PartitionBroadcast, PartitionReduce, TensorReduce
+from trnsim.isa.reduction import (
+    BN_STATS_WIDTH,
+    SELECT_WIDTH,
+    BnAggr,
+    BnStats,
+    FindIndex8,
+    MatchReplace8,
+    Max8,
+    PartitionBroadcast,
+    PartitionReduce,
+    TensorReduce,
+)
 
 
 def _axes(x: Tensor, axis: int | Sequence[int]) -> tuple[int, ...]:
@@ -117,3 +128,41 @@ def bn_aggr(stats: Tensor) -> Tensor:
     current().emit("vector", lambda w, s: BnAggr(dst, src, wait=w, signal=s), [stats], [out])
     return out
 
+
+
+def _rows(x: Tensor, what: str) -> None:
+    if len(x.shape) != 2 or x.shape[1] < SELECT_WIDTH:
+        fail(f"{what} of a {x.shape} tile", f"give a [P, F ≥ {SELECT_WIDTH}] tile (pad short rows with -inf)")
+
+
+def max8(x: Tensor, *, dtype: str = "fp32", out: Tensor | None = None) -> Tensor:
+    """``[P, 8]``: the 8 largest values of each row of ``x [P, F ≥ 8]``, largest first (VectorE ``max8``;
+    IEEE total order, so NaNs first)."""
+    _rows(x, "max8")
+    if out is None:
+        out = current().allocate("sbuf", (x.shape[0], SELECT_WIDTH), dtype)
+    dst, src = out.ap(), x.ap(exact=True)
+    current().emit("vector", lambda w, s: Max8(dst, src, wait=w, signal=s), [x], [out])
+    return out
+
+
+def find_index8(data: Tensor, vals: Tensor, *, out: Tensor | None = None) -> Tensor:
+    """``[P, 8]`` uint32: where each of the 8 values of ``vals`` first occurs in its row of ``data`` (a value
+    given twice: its next occurrence; none: 0xFFFFFFFF). VectorE ``find_index8``."""
+    _rows(data, "find_index8")
+    if out is None:
+        out = current().allocate("sbuf", (data.shape[0], SELECT_WIDTH), "uint32")
+    dst, src, v = out.ap(), data.ap(exact=True), vals.ap(exact=True)
+    current().emit("vector", lambda w, s: FindIndex8(dst, src, v, wait=w, signal=s), [data, vals], [out])
+    return out
+
+
+def match_replace8(data: Tensor, vals: Tensor, imm: float = float("-inf"), *, out: Tensor | None = None) -> Tensor:
+    """``data`` with the first occurrence in each row of each of the 8 values of ``vals`` replaced by ``imm``
+    (VectorE ``match_replace8``); ``out`` may be ``data`` itself."""
+    _rows(data, "match_replace8")
+    if out is None:
+        out = current().allocate("sbuf", data.shape, data.dtype)
+    dst, src, v = out.ap(), data.ap(exact=True), vals.ap(exact=True)
+    current().emit("vector", lambda w, s: MatchReplace8(dst, src, v, imm, wait=w, signal=s), [data, vals], [out])
+    return out

@@ -44,6 +44,9 @@ from trnsim.isa.program import ProgramBuilder as ProgramBuilder
 from trnsim.isa.program import TensorDecl as TensorDecl
 from trnsim.isa.reduction import BnAggr as BnAggr
 from trnsim.isa.reduction import BnStats as BnStats
+from trnsim.isa.reduction import FindIndex8 as FindIndex8
+from trnsim.isa.reduction import MatchReplace8 as MatchReplace8
+from trnsim.isa.reduction import Max8 as Max8
 from trnsim.isa.reduction import PartitionBroadcast as PartitionBroadcast
 from trnsim.isa.reduction import PartitionReduce as PartitionReduce
 from trnsim.isa.reduction import TensorReduce as TensorReduce

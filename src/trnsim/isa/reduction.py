@@ -9,6 +9,8 @@ from trnsim.isa.base import Instruction
 
 BN_STATS_FMAX = 512  # bn_stats free-size limit (reference/neuron.md §1.2)
 BN_STATS_WIDTH = 3  # bn_stats record: (count, mean, M2)
+SELECT_WIDTH = 8  # values per partition of max8 / find_index8 / match_replace8 (reference/neuron.md §2.3)
+NOT_FOUND = 0xFFFFFFFF  # find_index8's index for a value with no (further) occurrence (assumption: all ones)
 
 
 @dataclass(frozen=True)
@@ -93,3 +95,58 @@ class PartitionBroadcast(Instruction):
 
     dst: AccessPattern
     src: AccessPattern
+
+
+# The selection family of reference/neuron.md §2.3 (``max8``, ``nc_find_index8``, ``nc_match_replace8``): the
+# reference lists the names only, so the order and tie rules below are this simulator's, chosen to make the
+# three compose into top-k with the results of ``jax.lax.top_k`` (ties: the lower index first).
+#
+# Values compare in the IEEE-754 total order: -NaN < -inf < … < -0.0 < +0.0 < … < +inf < +NaN (NaNs by
+# payload), the order XLA's sort and top-k use; "equal" means the same fp32 bits.
+
+
+@dataclass(frozen=True)
+class Max8(Instruction):
+    """The 8 largest values of each partition of ``src[P, F ≥ 8]``, largest first (VectorE).
+
+        dst[p, :] = sorted(src[p, :], total order, descending)[:8]      # fp32 compare, rounded to dst.dtype
+    """
+
+    mnemonic = "max8"
+    engines = ("vector",)
+
+    dst: AccessPattern
+    src: AccessPattern
+
+
+@dataclass(frozen=True)
+class FindIndex8(Instruction):
+    """Where each of 8 values ``vals[P, 8]`` first occurs in each partition of ``data[P, F]`` (VectorE).
+
+        for j in 0..7:  dst[p, j] = min{ f : data[p, f] ≡ vals[p, j], f ∉ dst[p, :j] }   else NOT_FOUND
+        # ≡: the same fp32 bits; a value given twice finds its next occurrence (integer dst)
+    """
+
+    mnemonic = "find_index8"
+    engines = ("vector",)
+
+    dst: AccessPattern
+    data: AccessPattern
+    vals: AccessPattern
+
+
+@dataclass(frozen=True)
+class MatchReplace8(Instruction):
+    """``data[P, F]`` with the first occurrence of each of 8 values ``vals[P, 8]`` replaced by ``imm``.
+
+        dst[p, :] = data[p, :]
+        for j in 0..7:  f = min{ f : data[p, f] ≡ vals[p, j], f not replaced yet };  dst[p, f] = imm
+    """
+
+    mnemonic = "match_replace8"
+    engines = ("vector",)
+
+    dst: AccessPattern
+    data: AccessPattern
+    vals: AccessPattern
+    imm: float = float("-inf")

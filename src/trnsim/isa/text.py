@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import re
 import typing
 from collections.abc import Callable
@@ -39,7 +40,7 @@ def _format_value(name: str, value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, float):
-        return repr(value)
+        return "-nan" if math.isnan(value) and math.copysign(1.0, value) < 0 else repr(value)  # repr drops the sign
     if isinstance(value, tuple):
         return "(" + ",".join(str(v) for v in typing.cast(tuple[int, ...], value)) + ")"
     return str(value)

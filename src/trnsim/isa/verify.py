@@ -35,8 +35,12 @@ from trnsim.isa.program import Program, where
 from trnsim.isa.reduction import (
     BN_STATS_FMAX,
     BN_STATS_WIDTH,
+    SELECT_WIDTH,
     BnAggr,
     BnStats,
+    FindIndex8,
+    MatchReplace8,
+    Max8,
     PartitionBroadcast,
     PartitionReduce,
     TensorReduce,
@@ -218,6 +222,26 @@ def _reduce(ins: TensorReduce, spec: ChipSpec) -> None:
             f"dst {ins.dst.shape} should hold {kept} elements per partition", "drop the reduced axes from dst")
 
 
+def _select8(ins: Max8 | FindIndex8 | MatchReplace8, spec: ChipSpec) -> None:
+    """max8 / find_index8 / match_replace8: rows of at least 8 values, 8 values (or indices) per partition."""
+    data = ins.src if isinstance(ins, Max8) else ins.data
+    require(data.free_size >= SELECT_WIDTH, f"{ins.mnemonic} over {data.free_size} values per partition",
+            f"give at least {SELECT_WIDTH} values per partition (pad the row with the lowest value)")
+    require(get_dtype(data.dtype).kind == "float", f"{ins.mnemonic} on {data.dtype} data",
+            "select among float values (convert integers to fp32 first)")
+    eight = ins.dst if isinstance(ins, Max8 | FindIndex8) else ins.vals
+    require(eight.partitions == data.partitions and eight.free_size == SELECT_WIDTH,
+            f"{ins.mnemonic}: {eight.shape} for {SELECT_WIDTH} values per partition of {data.shape}",
+            f"use a [{data.partitions}, {SELECT_WIDTH}] pattern")
+    if isinstance(ins, FindIndex8):
+        require(ins.vals.partitions == data.partitions and ins.vals.free_size == SELECT_WIDTH,
+                f"find_index8: vals {ins.vals.shape}", f"use a [{data.partitions}, {SELECT_WIDTH}] pattern")
+        require(ins.dst.dtype in ("int32", "uint32"), f"find_index8 writes {ins.dst.dtype} indices",
+                "point dst at an int32 or uint32 tile")
+    if isinstance(ins, MatchReplace8):
+        same_shape(ins.dst, ins.data, "dst/data")
+
+
 Rule = Callable[[Any, ChipSpec], object]  # lambdas that chain several checks return a tuple
 # Per-instruction rules (the generic operand checks run first).
 RULES: dict[type[Instruction], Rule] = {
@@ -250,6 +274,9 @@ RULES: dict[type[Instruction], Rule] = {
         require(len(i.steps) == len(i.src.free), f"{len(i.steps)} steps for {len(i.src.free)} free dims",
                 "give one step per free dimension")),
     TensorReduce: _reduce,
+    Max8: _select8,
+    FindIndex8: _select8,
+    MatchReplace8: _select8,
     BnStats: lambda i, s: (
         require(i.src.free_size <= BN_STATS_FMAX, f"bn_stats over {i.src.free_size} > {BN_STATS_FMAX} elements",
                 "split the free axis and combine with bn_aggr"),

@@ -32,5 +32,7 @@ from trnsim.kernels.rowwise import gelu as gelu
 from trnsim.kernels.rowwise import silu as silu
 from trnsim.kernels.rowwise import softmax as softmax
 from trnsim.kernels.rowwise import softmax_kernel as softmax_kernel
+from trnsim.kernels.selection import topk as topk
+from trnsim.kernels.selection import topk_kernel as topk_kernel
 from trnsim.kernels.transposes import transpose as transpose
 from trnsim.kernels.transposes import transpose_kernel as transpose_kernel

@@ -25,7 +25,18 @@ from trnsim.isa.elementwise import (
     TensorTensor,
 )
 from trnsim.isa.ops import ACTIVATIONS, ALU_OPS, COMPARES, REDUCE_OPS
-from trnsim.isa.reduction import BnAggr, BnStats, PartitionBroadcast, PartitionReduce, TensorReduce, Transpose32
+from trnsim.isa.reduction import (
+    NOT_FOUND,
+    BnAggr,
+    BnStats,
+    FindIndex8,
+    MatchReplace8,
+    Max8,
+    PartitionBroadcast,
+    PartitionReduce,
+    TensorReduce,
+    Transpose32,
+)
 from trnsim.sim.context import Context
 from trnsim.sim.semantics import semantics
 
@@ -121,6 +132,52 @@ def tensor_reduce(ctx: Context, ins: TensorReduce) -> None:
     with np.errstate(all="ignore"):
         r = op.ufunc.reduce(data, axis=tuple(a + 1 for a in ins.axes))
     ctx.write(ins.dst, -r if ins.negate else r)
+
+
+def total_order(x: NDArray[np.float32]) -> NDArray[np.int64]:
+    """Integers in the IEEE-754 total order of the fp32 values ``x`` (-NaN < -inf < -0.0 < +0.0 < +inf < +NaN):
+    a negative float's magnitude bits, negated below -1."""
+    i = x.view(np.int32).astype(np.int64)
+    return np.where(i < 0, -(i & 0x7FFFFFFF) - 1, i)
+
+
+def first_matches(data: NDArray[np.float32], vals: NDArray[np.float32]) -> tuple[NDArray[np.int64], NDArray[np.bool_]]:
+    """For each row and each of its values in order, the first position holding the same fp32 bits that an
+    earlier value of the row did not take: (positions [P, n], found [P, n])."""
+    bits, want = data.view(np.uint32), vals.view(np.uint32)
+    taken = np.zeros(bits.shape, dtype=np.bool_)
+    rows = np.arange(bits.shape[0])
+    pos = np.zeros(want.shape, dtype=np.int64)
+    found = np.zeros(want.shape, dtype=np.bool_)
+    for j in range(want.shape[1]):
+        hit = (bits == want[:, j : j + 1]) & ~taken
+        found[:, j] = hit.any(axis=1)
+        pos[:, j] = hit.argmax(axis=1)
+        taken[rows[found[:, j]], pos[found[:, j], j]] = True
+    return pos, found
+
+
+@semantics(Max8)
+def max8(ctx: Context, ins: Max8) -> None:
+    x = ctx.read32(ins.src)
+    order = np.argsort(-total_order(x), axis=1, kind="stable")[:, : ins.dst.free_size]
+    ctx.write(ins.dst, np.take_along_axis(x, order, axis=1))
+
+
+@semantics(FindIndex8)
+def find_index8(ctx: Context, ins: FindIndex8) -> None:
+    pos, found = first_matches(ctx.read32(ins.data), ctx.read32(ins.vals))
+    ctx.write_raw(ins.dst, np.where(found, pos, NOT_FOUND).astype(np.uint32))  # NOT_FOUND: -1 as int32
+
+
+@semantics(MatchReplace8)
+def match_replace8(ctx: Context, ins: MatchReplace8) -> None:
+    x = ctx.read32(ins.data)
+    pos, found = first_matches(x, ctx.read32(ins.vals))
+    y = x.copy()
+    rows = np.broadcast_to(np.arange(x.shape[0])[:, None], pos.shape)
+    y[rows[found], pos[found]] = np.float32(ins.imm)
+    ctx.write(ins.dst, y)
 
 
 @semantics(BnStats)

@@ -61,7 +61,17 @@ from trnsim.isa.elementwise import (
     TensorScalar,
     TensorTensor,
 )
-from trnsim.isa.reduction import BnAggr, BnStats, PartitionBroadcast, PartitionReduce, TensorReduce, Transpose32
+from trnsim.isa.reduction import (
+    BnAggr,
+    BnStats,
+    FindIndex8,
+    MatchReplace8,
+    Max8,
+    PartitionBroadcast,
+    PartitionReduce,
+    TensorReduce,
+    Transpose32,
+)
 from trnsim.isa.tensor_engine import SPARSE_PATTERNS, Matmul, TensorTranspose
 
 MM_INIT_LATENCY = 64  # neuron.md §1.2 [DOC trainium_inferentia2_arch]: back-to-back MM ≈ max(N, 64) cycles
@@ -201,6 +211,10 @@ STREAMS: dict[type[Instruction], Callable[[Any], tuple[AccessPattern, ...]]] = {
     Activation: lambda i: (i.src,),
     AffineSelect: lambda i: (i.src,),
     TensorReduce: lambda i: (i.src,),
+    # assumption (reference/neuron.md §2.3 names them only): one streaming pass over the row, like a reduce
+    Max8: lambda i: (i.src,),
+    FindIndex8: lambda i: (i.data,),
+    MatchReplace8: lambda i: (i.data,),
     BnStats: lambda i: (i.src,),
     BnAggr: lambda i: (i.src,),
     Transpose32: lambda i: (i.src,),
