@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any, TypeVar
 
-from trnsim.compiler import costs, dmagen, tilegen
+from trnsim.compiler import costs, dmagen, selection, tilegen
 from trnsim.compiler.fusion import fuse
 from trnsim.compiler.pipeline import PassContext
 from trnsim.errors import CompileError, UnsupportedError
@@ -159,6 +159,10 @@ def plan_graph(graph: Graph, ctx: PassContext, machine: costs.Machine) -> Plan:
                members[0].attrs.get("_kind") == "index" and
                (chosen := _index_kernel(members[0], machine, ctx)) is not None}
     absorbed = _absorb_zero_fills(groups, uses, results, indexed)
+    consumers: dict[int, list[Node]] = {}
+    for node in graph.nodes:
+        for v in reads(node):
+            consumers.setdefault(v.id, []).append(node)
     steps: list[Step] = []
     for gid in _topological(groups, graph):
         members = groups[gid]
@@ -204,6 +208,14 @@ def plan_graph(graph: Graph, ctx: PassContext, machine: costs.Machine) -> Plan:
                 cost.instructions = dict(timed.by_engine)
                 cost.min_seconds = kernel_seconds = timed.seconds
                 kernel_name = "generated_elementwise"
+        elif kind == "sort" and (top := selection.topk_for(head, consumers, results)) is not None and \
+                (picked := _kernel_or_none(lambda: selection.topk_time(machine.target, top), ctx,
+                                           "topk_fallbacks")) is not None:
+            # the sort of chlo.top_k whose first k columns alone are read: the library's top-k kernel
+            costs.SINGLE_RULES["sort"](machine, head, cost)  # (its HBM traffic, for the schedule's DMA use)
+            cost.busy, cost.instructions = dict(picked.busy), dict(picked.by_engine)
+            cost.min_seconds = kernel_seconds = picked.seconds
+            kernel_name = "topk"
         elif kind == "control":
             for region in members[0].regions:
                 fuse(region, ctx)

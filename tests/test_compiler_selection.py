@@ -1,0 +1,55 @@
+"""Top-k steps: the sort ``jax.lax.top_k`` becomes is lowered to the library's top-k kernel and timed by the
+instruction-level model; other sorts keep the analytic cost; large kernels are sampled."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import trnsim
+from trnsim.compiler import selection
+
+
+def _plan(fn, *shapes):  # type: ignore[no-untyped-def]
+    args = [jax.ShapeDtypeStruct(s, d) for s, d in shapes]
+    return trnsim.compile(jax.jit(fn).lower(*args), cache=False)
+
+
+@pytest.mark.parametrize("dtype,dsl", [(jnp.float32, "fp32"), (jnp.bfloat16, "bf16")])
+def test_top_k_sort_is_the_topk_kernel(dtype: object, dsl: str) -> None:
+    program = _plan(lambda x: jax.lax.top_k(x, 5), ((4, 100, 64), dtype))
+    (step,) = [s for s in program.plan.steps if s.ops == ["sort"]]
+    assert step.kernel == "topk"
+    want = selection.topk_time("trn3", selection.TopK(400, 64, 5, dsl))
+    assert step.seconds == want.seconds and step.busy == want.busy and step.busy["vector"] > 0
+    x = np.random.default_rng(0).integers(-3, 4, (4, 100, 64)).astype(dtype)  # ties
+    got = trnsim.jit(lambda v: jax.lax.top_k(v, 5))(x)
+    ref = jax.lax.top_k(x, 5)
+    assert all(np.array_equal(np.asarray(g), np.asarray(r)) for g, r in zip(got, ref, strict=True))
+
+
+@pytest.mark.parametrize("fn,kernels", [
+    (lambda x: jnp.sort(x, axis=-1), {"gpsimd_sort"}),                   # no index operand
+    (lambda x: jnp.argsort(x, axis=-1)[..., :3], {"gpsimd_sort"}),       # ascending
+    (lambda x: jax.lax.top_k(x, 3)[0] + jnp.sort(x)[..., :3], {"topk", "gpsimd_sort"}),
+    (lambda x: jax.lax.top_k(x.T, 3), {"topk"}),                         # a transpose, then the last axis
+])
+def test_only_top_k_sorts_lower_to_the_kernel(fn: object, kernels: set[str]) -> None:
+    program = _plan(fn, ((64, 48), jnp.float32))
+    assert {s.kernel for s in program.plan.steps if "sort" in s.ops} == kernels
+
+
+def test_topk_for_requires_every_read_to_be_a_leading_slice() -> None:
+    program = _plan(lambda x: jax.lax.sort((x, jax.lax.broadcasted_iota(jnp.int32, x.shape, 1)), num_keys=1,
+                                           is_stable=True), ((64, 48), jnp.float32))
+    (step,) = [s for s in program.plan.steps if "sort" in s.ops]
+    assert step.kernel == "gpsimd_sort"  # ascending, and its whole results are returned
+
+
+def test_many_row_tiles_are_sampled_within_two_percent() -> None:
+    top = selection.TopK(128 * 48, 256, 12, "fp32")
+    sampled = selection.topk_time("trn3", top)
+    whole = selection._timed("trn3", top)  # pyright: ignore[reportPrivateUsage]
+    assert abs(sampled.seconds - whole.seconds) <= 0.02 * whole.seconds
