@@ -9,6 +9,8 @@ XLA thread pools are running can hang, and eval_module is known to run every mod
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -138,3 +140,31 @@ def test_flatten_params_checks_the_structure() -> None:
         sig.flatten_params([A, A])
     with pytest.raises(CompileError, match="takes 2 arguments"):
         sig.flatten_params([A])
+
+
+def test_a_compiled_program_is_called_in_the_declared_structure_also_after_a_save(tmp_path: Path) -> None:
+    """``program(...)`` takes and returns tuples as declared; ``run`` stays flat; an artifact keeps the
+    structure, and a damaged structure in its metadata is an ArtifactError."""
+    import trnsim
+    from trnsim.errors import ArtifactError
+    from trnsim.runtime.artifact import pack_artifact, unpack_artifact
+    from trnsim.runtime.program import from_artifact
+
+    s = np.array([2.0, 0.5, -1.0], np.float32)
+    expected = reference(ENTRY_FLAT, [A, B, s], ["f32", "i32", "f32"])
+    program = trnsim.compile(ENTRY, cache=False)
+    flat = program.run(A, B, s)
+    assert len(flat) == 3
+    path = program.save(tmp_path / "entry.neff")
+    for p in (program, trnsim.load_artifact(path)):
+        (y, (e,)), m = p((A, (B,)), s)
+        for got, want in zip((y, e, m), expected, strict=True):
+            assert_same(got, want)
+    plain = trnsim.compile(ENTRY_FLAT, cache=False)
+    assert plain.signature is None and len(plain(A, B, s)) == 3
+    art = unpack_artifact(path.read_bytes(), where="t")
+    for bad in ({"params": [[0, [1]], 2], "results": [[0, [0]], 2]}, {"params": [0, "x"], "results": []}, [1]):
+        meta = {**art.meta, "signature": bad}
+        broken = unpack_artifact(pack_artifact(meta, art.sections, target="trn3"), where="t")
+        with pytest.raises(ArtifactError, match="signature is malformed"):
+            from_artifact(broken, "t")

@@ -7,7 +7,7 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -18,6 +18,9 @@ from trnsim.hw import ChipSpec
 from trnsim.ir.graph import Graph
 from trnsim.ir.interp import Interpreter
 from trnsim.ir.types import TensorType, dtype_of_numpy
+
+if TYPE_CHECKING:
+    from trnsim.frontend.importer import Signature
 
 COMPILER_VERSION = "3"   # bumped when the compiled-program format changes (2: interned locations; 3: the graph's
 #                          structure as integer tables)
@@ -43,6 +46,7 @@ class CompiledProgram:
     last_profile: Any = None
     cache_hit: bool = False
     cache_key: str = ""
+    signature: Signature | None = None  # the entry's declared tuples, when it has any (``__call__``)
 
     @property
     def graph(self) -> Graph:
@@ -102,8 +106,12 @@ class CompiledProgram:
             self.last_profile = profile_run(self, interp)
         return outputs
 
-    def __call__(self, *args: object) -> list[np.ndarray]:
-        return self.run(*args)
+    def __call__(self, *args: object) -> list[Any]:
+        """``run`` in the entry function's declared structure: tuple-typed arguments are given, and tuple
+        results returned, as (nested) Python tuples; ``run`` takes and returns the flat arrays."""
+        if self.signature is None:
+            return self.run(*args)
+        return self.signature.unflatten_results(self.run(*self.signature.flatten_params(args)))
 
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Write the program as a ``.neff`` artifact (``trnsim.load_artifact`` reads it back)."""
@@ -143,8 +151,10 @@ def compile(module: object, target: str = "trn3", **options: Any) -> CompiledPro
     mod, text = parse(module)
     imported = import_module(mod, where=describe(module))
     digest = hashlib.sha256(text.encode()).hexdigest()
-    return compile_graph(imported.graph, target=target, options=opts, source_hash=digest,
-                         shardings=imported.shardings)
+    program = compile_graph(imported.graph, target=target, options=opts, source_hash=digest,
+                            shardings=imported.shardings)
+    program.signature = imported.signature if imported.signature.has_tuples else None
+    return program
 
 
 def compile_for_conformance(text: str, *, where: str, target: str,

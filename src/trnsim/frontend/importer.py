@@ -60,6 +60,23 @@ class Signature:
         """The program's flat outputs in the declared structure (tuples as Python tuples)."""
         return [_build(e, flat) for e in self.results]
 
+    def to_json(self) -> dict[str, Any]:
+        """Nested lists (an artifact's metadata); ``from_json`` reads them back."""
+        return {"params": _lists(self.params), "results": _lists(self.results)}
+
+    @staticmethod
+    def from_json(data: Any, params: int, results: int) -> Signature:
+        """The signature in ``to_json``'s form, checked against the graph's ``params`` and ``results`` counts
+        (each flat position used once); ``ValueError`` says what is wrong."""
+        if not isinstance(data, dict) or set(data) != {"params", "results"}:  # type: ignore[arg-type]
+            raise ValueError(f"a signature is {{params, results}}, not {data!r}")
+        sig = Signature(_tuples(data["params"]), _tuples(data["results"]))  # type: ignore[index]
+        for name, entries, n in (("params", sig.params, params), ("results", sig.results, results)):
+            leaves = sorted(_leaves(entries))
+            if leaves != list(range(n)):
+                raise ValueError(f"the signature's {name} cover positions {leaves}, not 0..{n - 1}")
+        return sig
+
     def flatten_params(self, args: Sequence[Any]) -> list[Any]:
         """Arguments given in the declared structure (tuples as Python tuples or lists), as the program's flat
         inputs."""
@@ -70,6 +87,25 @@ class Signature:
         for entry, arg in zip(self.params, args, strict=True):
             _scatter(entry, arg, flat)
         return [flat[i] for i in range(len(flat))]
+
+
+def _lists(entries: tuple[Structure, ...]) -> list[Any]:
+    return [e if isinstance(e, int) else _lists(e) for e in entries]
+
+
+def _tuples(data: Any) -> tuple[Structure, ...]:
+    if not isinstance(data, list):
+        raise ValueError(f"expected a list of positions and lists, got {data!r}")
+    out: list[Structure] = []
+    for e in data:  # type: ignore[union-attr]
+        if isinstance(e, bool) or not isinstance(e, int | list):
+            raise ValueError(f"expected a position or a list, got {e!r}")
+        out.append(e if isinstance(e, int) else _tuples(e))
+    return tuple(out)
+
+
+def _leaves(entries: tuple[Structure, ...]) -> list[int]:
+    return [x for e in entries for x in ([e] if isinstance(e, int) else _leaves(e))]
 
 
 def _build(entry: Structure, flat: Sequence[T]) -> Any:

@@ -58,6 +58,7 @@ def metadata(program: CompiledProgram) -> dict[str, Any]:
         "inputs": [{"shape": list(t.shape), "dtype": t.dtype} for t in program.input_types],
         "outputs": [{"shape": list(t.shape), "dtype": t.dtype} for t in program.output_types],
         "shardings": program.shardings,
+        **({"signature": program.signature.to_json()} if program.signature is not None else {}),
         "locations": [[s.index, s.kernel, s.loc] for s in plan.steps],
         "instruction_counts": plan.instruction_counts(),
         "estimated_seconds": plan.total_seconds,
@@ -117,6 +118,15 @@ def from_artifact(art: Artifact, where: str, *, lazy: bool = False) -> CompiledP
 
     program = CompiledProgram(graph, art.target, options, str(meta.get("source_hash", "")), passes,
                               dict(meta.get("shardings", {})), plan)
+    if "signature" in meta:
+        from trnsim.frontend.importer import Signature
+
+        try:
+            program.signature = Signature.from_json(meta["signature"], len(meta.get("inputs", [])),
+                                                    len(meta.get("outputs", [])))
+        except ValueError as exc:
+            raise ArtifactError(f"the artifact's signature is malformed: {exc}", where=where,
+                                hint=RECOMPILE) from exc
     if not lazy:
         _ = (program.graph, program.plan)     # decode now: a damaged artifact's error is raised here
     return program
