@@ -36,11 +36,13 @@ def test_chain_with_scalars_becomes_a_recipe_with_immediates() -> None:
     assert [s[1] for s in recipe.steps] == ["mul", "add", "tanh", "max", "sub"]
 
 
-def test_reductions_over_middle_axes_and_maxima_over_rows_keep_the_analytic_cost() -> None:
-    x = np.ones((8, 16, 32), np.float32)
-    assert _recipe(_compile(lambda x: jnp.exp(x).sum(axis=1), x)) is None             # a middle axis
-    assert _recipe(_compile(lambda x: jnp.exp(x).max(axis=0), x)) is None             # max across rows
-    program = _compile(lambda x: jnp.exp(x).sum(axis=1), x)
+def test_reductions_over_two_blocks_of_axes_and_maxima_over_a_period_not_dividing_a_tile_keep_the_analytic_cost(
+        ) -> None:
+    x = np.ones((8, 16, 32, 4), np.float32)
+    assert _recipe(_compile(lambda x: jnp.exp(x).sum(axis=(1, 3)), x)) is None       # two separate blocks
+    y = np.ones((4, 50, 96), np.float32)
+    assert _recipe(_compile(lambda y: jnp.exp(y).max(axis=0), y)) is None             # rows mod 50 per tile
+    program = _compile(lambda x: jnp.exp(x).sum(axis=(1, 3)), x)
     assert program.plan.steps[0].kernel == "fused_elementwise"
 
 
@@ -437,3 +439,98 @@ def test_rows_in_chunks_with_an_iota_mask_keep_the_analytic_cost(monkeypatch: py
     assert _compile(fn, x).plan.steps[0].kernel == "generated_elementwise"
     monkeypatch.setattr(build, "MAX_ROW", 128)
     assert _compile(fn, x).plan.steps[0].kernel == "fused_elementwise"
+
+
+def _program_text(recipe: tilegen.Recipe) -> str:
+    return str(tilegen.kernel_program("trn3", recipe))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("op", ["sum", "max", "min"])
+@pytest.mark.parametrize("form", ["folds", "reduce"])
+def test_middle_axis_reductions_are_generated_and_exact_on_the_simulator(form: str, op: str, dtype: str) -> None:
+    """The GQA key/value gradient: ``[B, T, kv, rep, d] → [B, T, kv, d]``, 300 rows of ``B·T·kv`` (3 tiles, the
+    last ragged); wide ``d`` folds the slices with tensor_tensor ops, narrow ``d`` copies the tile to
+    ``[rows, rep, d]`` and reduces its middle axis."""
+    rng = np.random.default_rng(10)
+    rep, d = {"folds": (4, 48), "reduce": (16, 2)}[form]
+    shape = (3, 50, 2, rep * d)
+    # sums of small integers are exact in any order and dtype; maxima and minima are exact anyway
+    x = rng.integers(-8, 9, shape) if op == "sum" else rng.standard_normal(shape)
+    x = x.astype(dtype)
+    x[0, 0, 0, :] = -0.0 if op == "min" else 0.0             # signed zeros: the reference's IEEE max/min
+    reduce = {"sum": jnp.sum, "max": jnp.max, "min": jnp.min}[op]
+
+    def grad_kv(x: jax.Array) -> jax.Array:
+        return reduce(x.reshape(3, 50, 2, rep, d), axis=3).reshape(3, 50, 2 * d)
+
+    program = _compile(grad_kv, x)
+    assert all(s.kernel != "fused_elementwise" for s in program.plan.steps)
+    step = next(s.index for s in program.plan.steps if s.kernel == "generated_elementwise")
+    recipe = _check_step(program, [x], step, 0.0)
+    assert recipe.cols == rep * d and recipe.output_kinds == ("mid",)
+    assert ("tensor_reduce" in _program_text(recipe)) == (form == "reduce")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_a_middle_axis_sum_with_other_inputs_of_its_result_shape_is_generated(dtype: str) -> None:
+    """Random values: the simulator sums in fp32 (and rounds once to bf16), the reference in float64."""
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((200, 4, 3, 64)).astype(dtype)
+    g = rng.standard_normal((200, 4, 64)).astype(dtype)
+    s = np.asarray(0.5, np.float32)
+
+    def f(x: jax.Array, g: jax.Array, s: jax.Array) -> jax.Array:
+        return (x.sum(axis=2).astype(jnp.float32) * s + g.astype(jnp.float32)).astype(x.dtype)
+
+    program = _compile(f, x, g, s)
+    (step,) = program.plan.steps
+    assert step.kernel == "generated_elementwise"
+    # fp32: three terms each off by at most 2^-24 relatively; bf16: one unit in the last place (2^-8)
+    recipe = _check_step(program, [x, g, s], 0, 2.0 ** -8 if dtype == "bfloat16" else 1e-6)
+    assert ("fp32" if dtype == "float32" else "bf16", "mid") in recipe.inputs
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("op", ["max", "min"])
+@pytest.mark.parametrize("name", ["rows", "period", "wide_period", "scalar"])
+def test_leading_axis_maxima_and_minima_run_on_vectore_and_are_exact(name: str, op: str, dtype: str) -> None:
+    rng = np.random.default_rng(12)
+    reduce = {"max": jnp.max, "min": jnp.min}[op]
+    cases = {
+        "rows": ((200, 96), 0),                    # [N, C] → [C]: a running tile, a GpSimd partition reduce
+        "period": ((10, 32, 96), 0),               # [B, T, C] → [T, C], 320 rows: TensorE transposes
+        "wide_period": ((3, 64, 160), 0),          # 160 columns: transposes of 128 and 32
+        "scalar": ((8, 48), None),                 # flat [128, 3]: a column per block, then across them
+    }
+    shape, axis = cases[name]
+    x = rng.standard_normal(shape).astype(dtype)
+    x.reshape(-1)[:3] = [0.0, -0.0, 0.0]
+
+    def f(x: jax.Array) -> jax.Array:
+        return reduce(jnp.tanh(x) if name == "scalar" else x * 2.0, axis=axis)
+
+    program = _compile(f, x)
+    assert all(s.kernel != "fused_elementwise" for s in program.plan.steps)
+    step = next(s.index for s in program.plan.steps if s.kernel == "generated_elementwise")
+    # tanh on ScalarE against numpy's: compare within fp32 rounding; the rest is exact
+    recipe = _check_step(program, [x], step, 1e-6 if name == "scalar" else 0.0)
+    assert any(s[0] == "lead" and s[1] == op for s in recipe.steps)
+    text = _program_text(recipe)
+    assert ("partition_reduce" in text) == (name in ("rows", "scalar"))
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16", "int32"])
+def test_a_constant_broadcast_and_converted_is_a_generated_fill(dtype: str) -> None:
+    """A group reading nothing (the loss gradient's seed of ones, converted to bf16): a constant tile stored
+    block by block. (Without the convert it is a single broadcast: ``dmagen``'s fill.)"""
+    def f(x: jax.Array) -> tuple[jax.Array, jax.Array]:
+        ones = jnp.broadcast_to(jnp.float32(1.5 if dtype != "int32" else 3.0), (256, 640)).astype(dtype)
+        return ones, x + 1.0
+
+    x = np.ones((4,), np.float32)
+    program = _compile(f, x)
+    step = next(s for s in program.plan.steps if s.ops[0] == "broadcast_in_dim")
+    assert step.kernel == "generated_elementwise"
+    recipe = _check_step(program, [x], step.index, 0.0)
+    assert recipe.inputs == ()

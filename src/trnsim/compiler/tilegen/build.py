@@ -54,11 +54,38 @@ def _immediate(v: Value) -> Ref | None:
     return None
 
 
+def _middle(node: Node) -> tuple[int, int, int] | None:
+    """``(outer, R, inner)`` of a reduce over a block of middle axes (its operand viewed ``[outer, R, inner]``,
+    reducing ``R``, ``outer`` and ``inner`` both over 1: the gradient of a GQA key/value head repeat), else
+    None."""
+    if node.op != "reduce" or _unit_reduce(node):
+        return None
+    shape = node.inputs[0].type.shape
+    dims = {d for d in node.attrs["dimensions"] if shape[d] != 1}
+    if not dims:
+        return None
+    lo, hi = min(dims), max(dims)
+    if any(d not in dims and shape[d] != 1 for d in range(lo, hi + 1)):
+        return None                      # two separate blocks of reduced axes
+    outer, inner = prod(shape[:lo]), prod(shape[hi + 1:])
+    if outer == 1 or inner == 1:
+        return None
+    return outer, prod(shape[d] for d in dims), inner
+
+
 def _layout(nodes: list[Node], n: int) -> tuple[int, tuple[int, ...]] | None:
     """``(cols, shape)`` of the iteration space: cols 0 for the flat layout; None if neither fits."""
     full = [v for nd in nodes for v in (*nd.inputs, *nd.outputs) if v.type.size == n and v.type.rank]
     if not full:
         return None
+    middles = {m for nd in nodes if (m := _middle(nd)) is not None}
+    if middles:
+        # NOTE: a middle-axis reduction makes the rows: [outer, R · inner] with its results [outer, inner];
+        # every other op working along rows would need rows of its own, so such a group keeps no layout
+        (outer, r, inner), *others = middles
+        if others or any(_along_rows(nd) and (_middle(nd) is None or nd.inputs[0].type.size != n) for nd in nodes):
+            return None
+        return r * inner, (outer, r * inner)
     rows_needed = False
     for node in nodes:
         if node.op == "reduce" and not _unit_reduce(node):
@@ -115,6 +142,7 @@ class _Builder:
         self.memo: dict[tuple[Any, ...], Ref | None] = {}
         self.along: dict[int, bool] = {}
         self.kept: dict[Ref, int] = {}                  # bytes of the tiles kept for a per-tensor scale
+        self.inner = 0                                  # the width of a middle-axis reduction's results
 
     def along_rows(self, v: Value) -> bool:
         """Whether ``v`` is made in the group by an op that works along rows, directly or through others."""
@@ -276,9 +304,10 @@ class _Builder:
         tiles = {k for k in kinds if k != "imm"}
         if "late" in tiles:
             return None                  # a per-tensor scaled value is made after the loop: only stored
-        if kinds[0] == "red" and node.op in ("convert", "reshape", "broadcast_in_dim", "reduce") and \
+        if kinds[0] in ("red", "mid") and node.op in ("convert", "reshape", "broadcast_in_dim", "reduce") and \
                 node.inputs[0].type.size != out_t.size:
-            return None                  # a leading-axis result broadcast back: it is ready only after the loop
+            return None                  # a reduced result broadcast back (a leading-axis one is ready only after
+                                         # the loop; a middle-axis one has rows of another width)
         if node.op == "convert":
             if kinds[0] == "imm" or node.inputs[0].type.dtype == out_t.dtype:
                 return operands[0]
@@ -295,6 +324,10 @@ class _Builder:
             if tiles != {"red"} or len(shapes) != 1 or node.op == "select":
                 return None
             result = "red"
+        elif "mid" in tiles:
+            if not tiles <= {"mid", "col", "sc"}:
+                return None              # a [rows, inner] tile meets only others of its width, or columns
+            result = "mid"
         elif "full" in tiles or ("vec" in tiles and tiles & {"col", "sc"}):
             result = "full"
         elif "vec" in tiles:
@@ -310,9 +343,9 @@ class _Builder:
         elif node.op == "compare" and node.attrs.get("compare_type", "FLOAT") in ("FLOAT", "TOTALORDER", "SIGNED"):
             step = ("alu", CMP[node.attrs["comparison_direction"]], operands, dt)
         elif node.op == "select":
-            if kinds[0] == "imm" or (any(k in ("col", "sc") for k in kinds) and result in ("full", "vec")):
+            if kinds[0] == "imm" or (any(k in ("col", "sc") for k in kinds) and result in ("full", "vec", "mid")):
                 return None
-            if result in ("col", "sc") and "imm" in kinds:
+            if result in ("col", "sc", "mid") and "imm" in kinds:
                 return None
             picked = tuple(self.const(o[1], dt) if o[0] == "imm" else o for o in operands[1:])
             step = ("select", "select", (operands[0], *picked), dt)
@@ -342,8 +375,8 @@ class _Builder:
             step = ("alu", "min", (lo, operands[2]), dt)
         else:
             return None
-        if sum(k in ("col", "sc") for k in kinds) and result in ("full", "vec") and step[0] == "alu" and \
-                len([k for k in kinds if k in ("full", "vec")]) != 1:
+        if sum(k in ("col", "sc") for k in kinds) and result in ("full", "vec", "mid") and step[0] == "alu" and \
+                len([k for k in kinds if k in ("full", "vec", "mid")]) != 1:
             return None                  # tensor_scalar: one tile and one column (or immediate)
         ref = self.push(step, result)
         if result == "red":
@@ -375,7 +408,8 @@ class _Builder:
         return None
 
     def reduce(self, node: Node) -> Ref | None:
-        """A reduction: along the last axis on VectorE (a column), over leading axes on TensorE (``lead``)."""
+        """A reduction: along the last axis on VectorE (a column), over middle axes on VectorE (``middle``, a
+        ``[rows, inner]`` tile), over leading axes on TensorE for sums and VectorE for maxima (``lead``)."""
         from trnsim.ir.semantics.reduce import simple_combiner
 
         x = node.inputs[0]
@@ -390,6 +424,13 @@ class _Builder:
             src = self.value(x, x.type.shape, tuple(range(r)))
             if src is None or self.kind(src) != "full":
                 return None
+            middle = _middle(node)
+            if middle is not None:
+                outer, count, inner = middle
+                if (outer, count * inner) != (self.rows, self.cols):
+                    return None
+                self.inner = inner
+                return self.push(("middle", REDUCE[op], (src, ("imm", float(count))), dt), "mid")
             last = (r - 1) in dims or not self.cols
             if last:
                 src = self.push(("reduce", REDUCE[op], (src,), dt if dims == {r - 1} else "fp32"), "col")
@@ -408,8 +449,14 @@ class _Builder:
             if src is None or self.kind(src) != "col" or any(x.type.shape[i] != 1 for i in range(r) if i not in dims):
                 return None
             period, width = 1, 1
-        if op != "add" or period > PARTITIONS or width > MAX_LEAD_COLS or node.out.type.size != period * width or \
+        if period > PARTITIONS or node.out.type.size != period * width or \
                 DSL_DTYPE.get(x.type.dtype) not in ("fp32", "bf16", "fp16"):
+            return None
+        if op == "add" and width > MAX_LEAD_COLS:
+            return None                  # PSUM banks
+        # NOTE: a leading-axis max or min keeps a running [128, width] tile (VectorE, exact in the operand's
+        # dtype) whose rows are the result's rows modulo ``period`` only when ``period`` divides a tile
+        if op != "add" and (PARTITIONS % period or width > MAX_ROW):
             return None
         # NOTE: the leading-axis sum runs on TensorE, as a kernel author would write it: nc_matmul with a 0/1
         # stationary accumulates ``S.T @ x`` into PSUM across all row tiles for free (neuron.md §2.3
@@ -418,7 +465,7 @@ class _Builder:
         # bf16 rate, on the engine that also builds masks; a transposed-view load (dma_transpose, §2.3) would
         # bring the data in a second time when the group also works along rows (a norm's backward does
         # both). fp32 operands cost TensorE 4× (§1.4: 20 vs 79 TFLOPS), still one pass per tile.
-        ref = self.push(("lead", "add", (src, ("imm", float(period))), dt), "red", "block")
+        ref = self.push(("lead", REDUCE[op], (src, ("imm", float(period))), dt), "red", "block")
         self.red_shape[ref] = (period, width)
         return ref
 
@@ -431,6 +478,24 @@ class _Builder:
             u = p.inputs[0]
         return self.value(u, (), (None,) * u.type.rank)
 
+    def narrow(self, u: Value) -> Ref | None:
+        """A value of a middle-axis reduction's result size that has no ref yet: a group input (a ``[rows,
+        inner]`` tile per block), or elementwise ops of such values and scalars."""
+        if not self.inner or u.type.size != self.rows * self.inner:
+            return None
+        key = ("narrow", u.id)
+        if key not in self.memo:
+            ref: Ref | None = None
+            node = self.produced.get(u.id)
+            if u.id in self.external:
+                ref = self.load(u, "mid", (self.rows, self.inner), "mid")
+            elif node is not None and len(node.outputs) == 1 and node.op not in ("reduce", "iota"):
+                operands = [self.refs.get(w.id) or self.scalar(w) or self.narrow(w) for w in node.inputs]
+                if all(o is not None for o in operands):
+                    ref = self.apply(node, tuple(o for o in operands if o is not None))
+            self.memo[key] = ref
+        return self.memo[key]
+
     def node(self, node: Node) -> bool:
         """Give ``node``'s result a ref now if it is needed as a tile; False if the group cannot be lowered."""
         v = node.out
@@ -438,8 +503,8 @@ class _Builder:
             return False
         if node.op == "reduce" and not _unit_reduce(node):
             ref = self.reduce(node)
-        elif any(self.kind(self.refs[u.id]) == "red" for u in node.inputs if u.id in self.refs):
-            operands = [self.refs.get(u.id) or self.scalar(u) for u in node.inputs]
+        elif any(self.kind(self.refs[u.id]) in ("red", "mid") for u in node.inputs if u.id in self.refs):
+            operands = [self.refs.get(u.id) or self.scalar(u) or self.narrow(u) for u in node.inputs]
             if any(o is None for o in operands):
                 return False
             ref = self.apply(node, tuple(o for o in operands if o is not None))
@@ -472,6 +537,10 @@ class _Builder:
                 ref = self.value(v, self.shape, rd)
             else:
                 ref = self.scalar(v)
+        if ref is not None and ref[0] == "imm" and v.type.size == self.n and \
+                (v.type.dtype in ("f32", "bf16", "f16") or float(ref[1]).is_integer()):
+            # a constant stored whole (a fill converted to another dtype): memset rounds it as convert does
+            ref = self.const(ref[1], dt)
         if ref is None or ref[0] == "imm":
             return None
         k = self.kind(ref)
@@ -490,6 +559,8 @@ class _Builder:
             return ref, dt, "full", (self.rows, width)
         if k == "red" and v.type.size == prod(self.red_shape[ref]):
             return ref, dt, "red", self.red_shape[ref]
+        if k == "mid" and v.type.size == self.rows * self.inner:
+            return ref, dt, "mid", (self.rows, self.inner)
         return None
 
 
@@ -516,11 +587,13 @@ def lowered(nodes: list[Node], external: list[Value], outputs: list[Value]) -> t
         if not b.node(node):
             return None
     stores = [b.store(v) for v in outputs]
-    if any(s is None for s in stores) or not b.steps or not b.inputs:
-        return None                      # (a group that reads nothing, an iota alone: a fill)
+    if any(s is None for s in stores) or not b.steps:
+        return None
     chunk = MAX_ROW if cols > MAX_ROW else 0
-    if chunk and (any(s[0] in ("iota", "lead", "scaled") for s in b.steps) or any(k == "per" for _, k in b.inputs)):
-        return None                      # rows in chunks: no index arithmetic, leading-axis sums or kept tensors
+    if chunk and (any(s[0] in ("iota", "lead", "scaled", "middle") for s in b.steps) or
+                  any(k == "per" for _, k in b.inputs)):
+        return None                      # rows in chunks: no index arithmetic, leading- or middle-axis reductions
+                                         # or kept tensors
     done = [s for s in stores if s is not None]
     recipe = Recipe(n, tuple(b.inputs), tuple(b.steps), tuple((s[0], s[1]) for s in done), cols,
                     tuple(s[2] for s in done), tuple(b.phases), tuple(b.input_shapes), tuple(s[3] for s in done),

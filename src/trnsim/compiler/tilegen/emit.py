@@ -43,7 +43,7 @@ def _kernel() -> Any:
     from trnsim.dsl import Tensor
 
     @dsl.kernel
-    def fused_elementwise(a0: Tensor, a1: Tensor | None = None, a2: Tensor | None = None,
+    def fused_elementwise(a0: Tensor | None = None, a1: Tensor | None = None, a2: Tensor | None = None,
                           a3: Tensor | None = None, a4: Tensor | None = None, a5: Tensor | None = None,
                           a6: Tensor | None = None, a7: Tensor | None = None, a8: Tensor | None = None,
                           a9: Tensor | None = None, a10: Tensor | None = None, a11: Tensor | None = None, *,
@@ -169,6 +169,15 @@ def _kernel() -> Any:
                 if phases[index] != "block":
                     continue
                 args = [get(r) for r in operands]
+                if kind == "lead" and op != "add":
+                    # a running max/min per tile row: the result rows modulo ``period`` (build.reduce)
+                    running = accumulators[index]
+                    if running:
+                        part_ = running[0][:args[0].shape[0]]
+                        dsl.binary(op, part_, args[0], out=part_)
+                    else:
+                        running.append(dsl.copy(args[0]))
+                    continue
                 if kind == "lead":
                     x: Tensor = args[0]
                     period = int(operands[1][1])
@@ -195,7 +204,7 @@ def _kernel() -> Any:
                 if dead:
                     dsl.release(*dead)
             for out, (ref, _), k in zip(outs, recipe.outputs, kinds, strict=True):
-                if k in ("full", "row") and not (ref[0] == "tmp" and phases[ref[1]] == "late"):
+                if k in ("full", "row", "mid") and not (ref[0] == "tmp" and phases[ref[1]] == "late"):
                     dsl.store(part(out, b0, bw), get(ref), queue=queue % QUEUES)
                     queue += 1
                 elif k == "sc" and i == 0:
@@ -215,7 +224,9 @@ def _kernel() -> Any:
             loaded[i] = []
         # after the loop: leading-axis results leave PSUM, and the ops that read them run once
         for index, (kind, op, operands, dt) in enumerate(recipe.steps):
-            if kind == "lead":
+            if kind == "lead" and op != "add":
+                post[index] = _across(dsl, op, accumulators[index][0], int(operands[1][1]), dt)
+            elif kind == "lead":
                 acc = accumulators[index]
                 period = int(operands[1][1])
                 total = sum(a.shape[1] for a in acc)
@@ -269,6 +280,8 @@ def compute(dsl: Any, kind: str, op: str, args: list[Any], dt: str, shape: tuple
         return dsl.copy(args[0], dtype=dt)
     if kind == "reduce":
         return dsl.reduce(op, args[0], axis=-1, dtype=dt)
+    if kind == "middle":
+        return _middle(dsl, op, args[0], int(args[1]), dt)
     if kind == "select":
         return dsl.where(args[0], args[1], args[2], dtype=dt)
     if kind == "const":
@@ -286,6 +299,73 @@ def compute(dsl: Any, kind: str, op: str, args: list[Any], dt: str, shape: tuple
         index = dsl.binary("sub", index, low, dtype="int32")
         return dsl.binary("div", index, float(stride), dtype=dt)
     return index if dt == "int32" else dsl.copy(index, dtype=dt)
+
+
+# VectorE cycles of an instruction (neuron.md §1.2): about 100 static, about N per input of N elements (per
+# partition), and a free-dimension stride over 16 bytes halves the bandwidth (twice the cycles)
+_STATIC_CYCLES = 100
+_STRIDE_BYTES = 16
+
+
+def _middle(dsl: Any, op: str, x: Any, count: int, dt: str) -> Any:
+    """``op`` over the middle axis of ``x[rows, count · inner]`` viewed ``[rows, count, inner]``: a
+    ``[rows, inner]`` tile.
+
+    NOTE: two forms, both VectorE, the one with fewer cycles by neuron.md §1.2's rule. ``count - 1``
+    tensor_tensor ops fold the ``[rows, inner]`` slices in order (in fp32, rounded to ``dt`` by the last):
+    ``(count - 1) · (100 + 2 · inner)`` cycles. Or the tile is copied into a ``[rows, count, inner]`` tile
+    (the kernel language has no reshaping view of a tile) and one tensor_reduce reduces its middle free axis
+    (the ISA's TensorReduce reduces any free axes, accumulating in fp32): ``200 + count · inner · (1 + s)``,
+    ``s`` 2 when the stride of ``inner`` elements exceeds 16 bytes. Folding wins unless ``inner`` is narrow
+    (GQA's head dimension folds; a sum over 16 groups of 2 reduces)."""
+    from trnsim.isa.dtypes import DTYPES
+
+    rows = x.shape[0]
+    inner = x.shape[1] // count
+    folds = (count - 1) * (_STATIC_CYCLES + 2 * inner)
+    strided = 2 if inner * DTYPES[x.dtype].itemsize > _STRIDE_BYTES else 1
+    reduced = 2 * _STATIC_CYCLES + count * inner * (1 + strided)
+    if folds > reduced:
+        grouped = dsl.sbuf((rows, count, inner), x.dtype)
+        dsl.copy(x, out=grouped)
+        out = dsl.sbuf((rows, inner), dt)
+        dsl.reduce(op, grouped, axis=1, out=out)
+        dsl.release(grouped)
+        return out
+    if count == 2:
+        return dsl.binary(op, x[:, :inner], x[:, inner:], dtype=dt)
+    acc = dsl.binary(op, x[:, :inner], x[:, inner:2 * inner], dtype="fp32")
+    for j in range(2, count - 1):
+        dsl.binary(op, acc, x[:, j * inner:(j + 1) * inner], out=acc)
+    out = dsl.binary(op, acc, x[:, (count - 1) * inner:], dtype=dt)
+    dsl.release(acc)
+    return out
+
+
+def _across(dsl: Any, op: str, running: Any, period: int, dt: str) -> Any:
+    """``op`` across the partitions of a running ``[lanes, width]`` tile whose row ``p`` belongs to result
+    row ``p mod period``: the ``[period, width]`` result of a leading-axis max or min.
+
+    NOTE: everything to one row (``period`` 1) is GpSimd's partition reduce, as the per-tensor amax. Rows
+    ``p mod period`` are not a partition range (partitions cannot be strided), so for ``period > 1`` TensorE
+    transposes up to 128 columns at a time (bit-exact), the copy out of PSUM writes them as
+    ``[columns, lanes / period, period]``, one tensor_reduce over the middle free axis leaves ``[columns,
+    period]`` and a transpose brings it back."""
+    if period == 1:
+        return dsl.partition_reduce(running, op, dtype=dt)
+    lanes, width = running.shape
+    result = dsl.sbuf((period, width), dt)
+    for c0 in range(0, width, PARTITIONS):
+        c1 = min(width, c0 + PARTITIONS)
+        flipped = dsl.transpose(running[:, c0:c1])
+        grouped = dsl.sbuf((c1 - c0, lanes // period, period), "fp32")
+        dsl.copy(flipped, out=grouped)
+        folded = dsl.sbuf((c1 - c0, period), "fp32")
+        dsl.reduce(op, grouped, axis=1, out=folded)
+        back = dsl.transpose(folded)
+        dsl.copy(back, out=result[:, c0:c1])
+        dsl.release(flipped, grouped, folded, back)
+    return result
 
 
 def _grouped(dsl: Any, rows_qdq: Callable[[Any, Any, str, str], Any], x: Any, element: str, down: int,

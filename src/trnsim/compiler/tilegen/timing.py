@@ -63,9 +63,9 @@ def _queue_period(recipe: Recipe) -> int:
     for (_, kind), shape in zip(recipe.inputs, shapes, strict=True):
         if kind == "per" and PARTITIONS % shape[0]:
             return QUEUES
-        per_tile += kind in ("full", "row")
+        per_tile += kind in ("full", "row", "mid")
     kinds = recipe.output_kinds or ("full",) * len(recipe.outputs)
-    per_tile += sum(k in ("full", "row") for k in kinds)
+    per_tile += sum(k in ("full", "row", "mid") for k in kinds)
     if recipe.chunk:
         per_tile *= -(-recipe.cols // recipe.chunk)      # a load and a store per chunk (at least)
     if per_tile * SAMPLE_BLOCKS >= 2 * QUEUES:
@@ -77,10 +77,14 @@ def _sample(recipe: Recipe, elements: int) -> Recipe:
     """``recipe`` over the first ``elements`` of its iteration space (tables and results keep their shapes)."""
     sample = replace(recipe, elements=elements)
     rows, cols = space(sample)
-    fit = {"full": (rows, cols), "row": (rows, 1)}
-    inputs = tuple(fit.get(k, shape) for shape, (_, k) in zip(input_shapes(recipe), recipe.inputs, strict=True))
+
+    def fit(kind: str, shape: tuple[int, int]) -> tuple[int, int]:
+        """A shape per row of the space keeps its width; tables keep their shape."""
+        return {"full": (rows, cols), "row": (rows, 1), "mid": (rows, shape[1])}.get(kind, shape)
+
+    inputs = tuple(fit(k, shape) for shape, (_, k) in zip(input_shapes(recipe), recipe.inputs, strict=True))
     kinds = recipe.output_kinds or ("full",) * len(recipe.outputs)
-    outputs = tuple(fit.get(k, shape) for shape, k in zip(output_shapes(recipe), kinds, strict=True))
+    outputs = tuple(fit(k, shape) for shape, k in zip(output_shapes(recipe), kinds, strict=True))
     return replace(sample, input_shapes=inputs, output_shapes=outputs)
 
 
