@@ -21,7 +21,8 @@ def _program(fn, x):  # type: ignore[no-untyped-def]
 
 
 @pytest.mark.parametrize(("shape", "perm"), [((16, 64, 4, 32), (0, 2, 1, 3)), ((128, 384), (1, 0)),
-                                             ((4, 8, 32, 64), (0, 1, 3, 2)), ((6, 5, 7), (2, 0, 1))])
+                                             ((4, 8, 32, 64), (0, 1, 3, 2)), ((6, 5, 7), (2, 0, 1)),
+                                             ((300, 8, 40), (1, 2, 0)), ((3, 4, 5, 6), (3, 1, 0, 2))])
 def test_transposes_lower_to_dma_kernels_that_move_the_data_exactly(shape: tuple[int, ...],
                                                                     perm: tuple[int, ...]) -> None:
     x = np.arange(np.prod(shape), dtype=np.float32).reshape(shape)
@@ -353,3 +354,14 @@ def test_a_generated_kernels_simulated_time_is_its_steps_time() -> None:
     assert step.kernel == "generated_dma" and layout is not None
     assert step.seconds == dmagen.layout_time("trn3", layout).seconds
     assert program.plan.total_seconds == step.seconds
+
+
+def test_a_transpose_moving_the_innermost_axis_is_slabs_of_2d_transposes() -> None:
+    """[s, heads, d] -> [heads, d, s] (a Llama layer's backward): one [s, d] -> [d, s] DMA transpose per
+    head, not one copy with element-sized descriptors (whose free size would exceed an access pattern's)."""
+    layout = dmagen.Layout("transpose", (1024, 8, 128), "bf16", perm=(1, 2, 0))
+    kernel = dmagen._kernel()  # pyright: ignore[reportPrivateUsage]
+    program = kernel.compile_specs([((1024, 8, 128), "bf16")], "trn3", {"layout": layout}).program
+    verify(program, registry.get("trn3"))
+    assert sum(len(s) for s in program.streams.values()) == 8
+    assert dmagen.layout_time("trn3", layout).seconds < 50e-6

@@ -4,8 +4,10 @@ instruction-level model.
 A transpose that keeps the innermost dimension in place is a copy through a permuted HBM view, split along
 its first dimension over the DMA queues. One that swaps the two innermost dimensions (leading ones in
 order) is a batch of 2-D transposes through ``.T`` views, which take the DMA-transpose path for 2- and
-4-byte types (``reference/neuron.md`` §1.3), round-robin over the queues. Any other permutation is one copy
-through the permuted view (element-sized descriptors: slow, as it would be on the chip). A slice is a copy
+4-byte types (``reference/neuron.md`` §1.3), round-robin over the queues; so is one that moves the innermost
+axis elsewhere (``[s, h, d] → [h, d, s]``): a 2-D transpose per index of the other axes. Any other
+permutation is one copy through the permuted view (element-sized descriptors: slow, as it would be on the
+chip). A slice is a copy
 through a strided view, split the same way; a concatenation copies each input into its slab of the result;
 a pad copies the input into the interior and fills the padding slabs from a constant SBUF tile, and a
 constant broadcast into a tensor is such a fill alone. The
@@ -158,11 +160,30 @@ def _kernel() -> Any:
         elif rank >= 2 and tuple(perm[:-2]) == tuple(range(rank - 2)) and perm[-2:] == (rank - 1, rank - 2):
             for lead in _indices(x.shape[:-2]):
                 copy(out[lead], x[lead].T)
+        elif _slabs(layout) <= MAX_DMAS:
+            # out's innermost axis is x's axis a, x's innermost lands at out's axis q: for each index of the
+            # other axes, the [n_a, n_last] slab of x goes transposed to out's [n_last, n_a] slab
+            a, q = perm[-1], perm.index(rank - 1)
+            others = [d for d in range(rank) if d not in (a, rank - 1)]
+            for idx in _indices(tuple(x.shape[d] for d in others)):
+                src: list[int | slice] = [slice(None)] * rank
+                dst: list[int | slice] = [slice(None)] * rank
+                for d, i in zip(others, idx, strict=True):
+                    src[d], dst[perm.index(d)] = i, i
+                assert q < rank - 1
+                copy(out[tuple(dst)], x[tuple(src)].T)
         else:
             copy(out, x.permute(*perm))
         return out
 
     return layout_copy
+
+
+def _slabs(layout: Layout) -> int:
+    """2-D transposes a transpose moving x's innermost axis splits into (``layout_copy``): the product of the
+    dims other than x's innermost and out's innermost."""
+    rank = len(layout.perm)
+    return prod(n for d, n in enumerate(layout.shape) if d not in (layout.perm[-1], rank - 1))
 
 
 def _pad_regions(low: tuple[int, ...], shape: tuple[int, ...], high: tuple[int, ...]) -> list[tuple[slice, ...]]:
