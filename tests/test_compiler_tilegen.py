@@ -534,3 +534,50 @@ def test_a_constant_broadcast_and_converted_is_a_generated_fill(dtype: str) -> N
     assert step.kernel == "generated_elementwise"
     recipe = _check_step(program, [x], step.index, 0.0)
     assert recipe.inputs == ()
+
+
+@pytest.mark.parametrize("fmt", ["fp8_e4m3", "fp8_e5m2"])
+def test_per_tensor_fp8_scaling_of_rows_in_chunks_keeps_the_chunks_and_is_exact(
+        fmt: str, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> None:
+    from trnsim.compiler.tilegen import build
+
+    monkeypatch.setattr(build, "MAX_ROW", 256)           # 640 columns: chunks of 256, 256 and 128
+    tilegen.clear_memo()
+    request.addfinalizer(tilegen.clear_memo)
+    rng = np.random.default_rng(13)
+    x = (rng.standard_normal((3, 64, 640)) * np.exp(rng.standard_normal((3, 64, 640)))).astype(np.float32)
+    w = rng.standard_normal((640, 64)).astype(np.float32)
+    dy = rng.standard_normal((3, 64, 64)).astype(np.float32)
+    fn = _two_matmul_operand(lambda x: x - jnp.max(x, -1, keepdims=True))     # the source made in pass 1
+    program = trnsim.compile(jax.jit(fn).lower(x, w, dy), cache=False, auto_cast="matmul", auto_cast_type=fmt)
+    assert all(s.kernel != "fused_elementwise" for s in program.plan.steps)
+    recipe = _check_step(program, [x, w, dy], 0, 0.0)
+    assert recipe.chunk == 256 and [s[0] for s in recipe.steps].count("scaled") == 2
+
+
+@pytest.mark.parametrize("keep", [True, False])
+def test_a_per_tensor_scaled_input_of_rows_in_chunks_is_kept_as_loaded(keep: bool, monkeypatch: pytest.MonkeyPatch,
+                                                                        request: pytest.FixtureRequest) -> None:
+    """The scaled value is a kernel input (loaded chunk by chunk, kept), next to a row max of it read in a
+    later pass (the input kept for the tile, or loaded again)."""
+    from trnsim.compiler.tilegen import chunked
+    from trnsim.numerics.quantize import quantize
+
+    if not keep:
+        monkeypatch.setattr(chunked, "KEEP_ROW_BYTES", 0)
+    tilegen.clear_memo()
+    request.addfinalizer(tilegen.clear_memo)
+    rng = np.random.default_rng(14)
+    x = (rng.standard_normal((200, 600)) * np.exp(rng.standard_normal((200, 600)))).astype(np.float32)
+    steps: tuple[tilegen.Step, ...] = (
+        ("reduce", "max", (("in", 0),), "fp32"),
+        ("alu", "sub", (("in", 0), ("tmp", 0)), "fp32"),
+        ("scaled", "fp8_e4m3", (("in", 0),), "fp32"),
+    )
+    recipe = tilegen.Recipe(x.size, (("fp32", "full"),), steps, ((("tmp", 1), "fp32"), (("tmp", 2), "fp32")),
+                            cols=600, output_kinds=("full", "full"), phases=("block", "block", "late"), chunk=128)
+    verify(tilegen.kernel_program("trn3", recipe), registry.get("trn3"))
+    shifted, scaled = trnsim.run_kernel(tilegen.kernel(), x, recipe=recipe).outputs
+    np.testing.assert_array_equal(shifted, x - x.max(-1, keepdims=True))
+    scale = np.float32(448.0 / np.abs(x).max())
+    np.testing.assert_array_equal(scaled, (quantize(x * scale, "fp8_e4m3") / scale).astype(np.float32))

@@ -590,10 +590,8 @@ def lowered(nodes: list[Node], external: list[Value], outputs: list[Value]) -> t
     if any(s is None for s in stores) or not b.steps:
         return None
     chunk = MAX_ROW if cols > MAX_ROW else 0
-    if chunk and (any(s[0] in ("iota", "lead", "scaled", "middle") for s in b.steps) or
-                  any(k == "per" for _, k in b.inputs)):
+    if chunk and (any(s[0] in ("iota", "lead", "middle") for s in b.steps) or any(k == "per" for _, k in b.inputs)):
         return None                      # rows in chunks: no index arithmetic, leading- or middle-axis reductions
-                                         # or kept tensors
     done = [s for s in stores if s is not None]
     recipe = Recipe(n, tuple(b.inputs), tuple(b.steps), tuple((s[0], s[1]) for s in done), cols,
                     tuple(s[2] for s in done), tuple(b.phases), tuple(b.input_shapes), tuple(s[3] for s in done),

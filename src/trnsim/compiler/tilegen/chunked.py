@@ -15,7 +15,10 @@ tile's chunks:
 A step's pass is the latest pass in which one of its operands is ready: a reduction's column is ready in the
 pass after its own, everything else in its own. A log-softmax takes three passes (max; exp and sum; the
 result). The input chunks read in more than one pass stay in SBUF for the tile when they
-fit in ``KEEP_ROW_BYTES`` per partition, else they are loaded again in each pass.
+fit in ``KEEP_ROW_BYTES`` per partition, else they are loaded again in each pass. The source of a per-tensor
+scaled quantize-dequantize (phase ``late``) keeps each of its chunks, made in its pass, for the whole kernel,
+with a running amax column; after the tile loop a second pass scales, rounds and stores them, as the row
+layout does with its tiles.
 """
 
 from __future__ import annotations
@@ -60,7 +63,7 @@ def passes(recipe: Recipe) -> tuple[list[int], list[bool]]:
 
 def emit(dsl: Any, ins: list[Any], recipe: Recipe) -> tuple[Any, ...]:
     """The kernel body for a chunked recipe (module docstring)."""
-    from trnsim.compiler.tilegen.emit import compute
+    from trnsim.compiler.tilegen.emit import compute, fold_peak, scaled_value, tensor_scales
     from trnsim.isa.dtypes import DTYPES
 
     rows, cols = space(recipe)
@@ -76,7 +79,7 @@ def emit(dsl: Any, ins: list[Any], recipe: Recipe) -> tuple[Any, ...]:
     work: list[list[int]] = [[] for _ in range(last + 1)]
     for s in range(last + 1):
         needed: set[int] = set()
-        todo = [j for j in range(len(recipe.steps)) if stage[j] == s and phases[j] != "pre" and
+        todo = [j for j in range(len(recipe.steps)) if stage[j] == s and phases[j] not in ("pre", "late") and
                 (not column[j] or recipe.steps[j][0] == "reduce")]
         while todo:
             j = todo.pop()
@@ -89,8 +92,14 @@ def emit(dsl: Any, ins: list[Any], recipe: Recipe) -> tuple[Any, ...]:
     once = [[j for j in range(len(recipe.steps)) if stage[j] == s and column[j] and recipe.steps[j][0] != "reduce"]
             for s in range(last + 1)]
     stored_in = [stage[ref[1]] if ref[0] == "tmp" else 0 for ref, _ in recipe.outputs]
+    # per-tensor scaled steps (phase ``late``): their sources' chunks are kept for a second pass after the loop
+    late = {j for j, ph in enumerate(phases) if ph == "late"}
+    sources = {recipe.steps[j][2][0]: stage[j] for j in sorted(late)}     # source → the pass that makes it
+    retained: dict[Ref, list[tuple[Any, int, int, int, int]]] = {r: [] for r in sources}
+    peaks = {r: dsl.full((PARTITIONS, 1), 0.0, "fp32") for r in sources}
+    kept: set[int] = set()                                  # ids of the kept chunks (an input's may be read on)
     # per pass: step → the chunk tiles read there for the last time (the working set stays small)
-    stored = {ref[1] for ref, _ in recipe.outputs if ref[0] == "tmp"}
+    stored = {ref[1] for ref, _ in recipe.outputs if ref[0] == "tmp"} | {r[1] for r in sources if r[0] == "tmp"}
     dying: list[dict[int, list[int]]] = []
     for s in range(last + 1):
         reader = {r[1]: j for j in work[s] for r in recipe.steps[j][2] if r[0] == "tmp" and r[1] in work[s]}
@@ -105,6 +114,9 @@ def emit(dsl: Any, ins: list[Any], recipe: Recipe) -> tuple[Any, ...]:
     for (ref, _), k, s in zip(recipe.outputs, kinds, stored_in, strict=True):
         if ref[0] == "in" and k == "full":
             reads[s].add(ref[1])
+    for r, s in sources.items():
+        if r[0] == "in":
+            reads[s].add(r[1])
     multi = [i for i in range(len(ins)) if sum(i in r for r in reads) > 1]
     keep = sum(cols * DTYPES[recipe.inputs[i][0]].itemsize for i in multi) <= KEEP_ROW_BYTES
     final = {i: max(s for s in range(last + 1) if i in reads[s]) for r in reads for i in r}
@@ -123,8 +135,8 @@ def emit(dsl: Any, ins: list[Any], recipe: Recipe) -> tuple[Any, ...]:
 
     tiles = [(r0, min(PARTITIONS, rows - r0)) for r0 in range(0, rows, PARTITIONS)]
     chunks = [(c0, min(recipe.chunk, cols - c0)) for c0 in range(0, cols, recipe.chunk)]
-    chunked = [s for s in range(last + 1)
-               if work[s] or any(w == s and k == "full" for w, k in zip(stored_in, kinds, strict=True))]
+    chunked = [s for s in range(last + 1) if work[s] or s in sources.values() or
+               any(w == s and k == "full" for w, k in zip(stored_in, kinds, strict=True))]
     items = [(t, s, c) for t in range(len(tiles)) for s in chunked for c in range(len(chunks))]
     row_inputs = [i for i, (_, kind) in enumerate(recipe.inputs) if kind == "row"]
     loaded: dict[tuple[int, int, int, int], Any] = {}     # (tile, chunk or -1, input, pass or -1) → SBUF tile
@@ -198,12 +210,18 @@ def emit(dsl: Any, ins: list[Any], recipe: Recipe) -> tuple[Any, ...]:
                     if dead:
                         dsl.release(*dead)
                 for out, (ref, _), k, when in zip(outs, recipe.outputs, kinds, stored_in, strict=True):
-                    if k == "full" and when == s:
+                    if k == "full" and when == s and not (ref[0] == "tmp" and ref[1] in late):
                         dsl.store(out[r0:r0 + rw, c0:c0 + cw], get(ref, s, c, made), queue=queue % QUEUES)
                         queue += 1
+                for r, when in sources.items():
+                    if when == s:
+                        chunk = get(r, s, c, made)
+                        fold_peak(dsl, chunk, peaks[r])
+                        retained[r].append((chunk, r0, rw, c0, cw))
+                        kept.add(id(chunk))
                 finished = [loaded.pop(key(t, c, i, s)) for i in sorted(reads[s])
                             if not (keep and i in multi) or final[i] == s]
-                dsl.release(*made.values(), *finished)
+                dsl.release(*(x for x in (*made.values(), *finished) if id(x) not in kept))
             for j, total in running.items():
                 dt = recipe.steps[j][3]
                 values[j] = total if dt == "fp32" else dsl.copy(total, dtype=dt)
@@ -217,4 +235,17 @@ def emit(dsl: Any, ins: list[Any], recipe: Recipe) -> tuple[Any, ...]:
                 dsl.store(out, get(ref, last, 0, {})[0:out.shape[0]], queue=queue % QUEUES)
                 queue += 1
         dsl.release(*values.values(), *(loaded.pop((t, -1, i, -1)) for i in row_inputs))
+    # per-tensor scaling: the amax over the partitions, then a second pass over the kept chunks
+    scales = tensor_scales(dsl, recipe, peaks)
+    items_kept = len(next(iter(retained.values()), []))
+    for i in range(items_kept):
+        for out, (ref, _) in zip(outs, recipe.outputs, strict=True):
+            if ref[0] == "tmp" and ref[1] in late:
+                _, element, (r,), dt = recipe.steps[ref[1]]
+                chunk, r0, rw, c0, cw = retained[r][i]
+                value = scaled_value(dsl, chunk, scales[r, element], element, dt)
+                dsl.store(out[r0:r0 + rw, c0:c0 + cw], value, queue=queue % QUEUES)
+                queue += 1
+                dsl.release(value)
+        dsl.release(*{id(retained[r][i][0]): retained[r][i][0] for r in sources}.values())
     return tuple(outs)

@@ -213,11 +213,7 @@ def _kernel() -> Any:
             kept: set[int] = set()
             for r in sources:
                 t = get(r)
-                peak = dsl.sbuf((t.shape[0], 1), "fp32")
-                magnitude = dsl.activation("abs", t, dtype="fp32", reduce_op="max", reduce_res=peak)
-                whole = peaks[r][:t.shape[0]]
-                dsl.binary("max", whole, peak, out=whole)
-                dsl.release(peak, magnitude)
+                fold_peak(dsl, t, peaks[r])
                 retained[r].append(t)
                 kept.add(id(t))
             dsl.release(*(t for t in [*tiles, *tmps.values()] if t is not None and id(t) not in kept))
@@ -242,30 +238,56 @@ def _kernel() -> Any:
                 dsl.store(out, post[ref[1]], queue=queue % QUEUES)
                 queue += 1
         # per-tensor scaling: the amax over the partitions (GpSimd), then a second pass over the kept tiles
-        scales: dict[Ref, Tensor] = {}
-        for r in sources:
-            amax = dsl.partition_reduce(peaks[r], "max", dtype="fp32")
-            guarded = dsl.binary("max", amax, 2.0 ** -100, dtype="fp32")    # an all-zero tensor stays 0
-            element = next(recipe.steps[i][1] for i in late if recipe.steps[i][2][0] == r)
-            scale = dsl.tensor_scalar(guarded, "div", _format_max(element), reverse0=True, dtype="fp32")
-            scales[r] = dsl.partition_broadcast(scale, PARTITIONS)
+        scales = tensor_scales(dsl, recipe, peaks)
         for i, (b0, bw) in enumerate(blocks):
             for out, (ref, _) in zip(outs, recipe.outputs, strict=True):
                 if ref[0] != "tmp" or phases[ref[1]] != "late":
                     continue
                 _, element, (r,), dt = recipe.steps[ref[1]]
-                x = retained[r][i]
-                column = scales[r][:x.shape[0]]
-                scaled = dsl.binary("mul", x, column, dtype="fp32")
-                codes = dsl.copy(scaled, dtype=element, engine="scalar")
-                value = dsl.binary("div", codes, column, dtype=dt)
+                value = scaled_value(dsl, retained[r][i], scales[r, element], element, dt)
                 dsl.store(part(out, b0, bw), value, queue=queue % QUEUES)
                 queue += 1
-                dsl.release(scaled, codes, value)
+                dsl.release(value)
             dsl.release(*{id(retained[r][i]): retained[r][i] for r in sources}.values())
         return tuple(outs)
 
     return fused_elementwise
+
+
+def fold_peak(dsl: Any, t: Any, whole: Any) -> None:
+    """``whole[p] = max(whole[p], max |t[p, :]|)``: ScalarE's abs with a fused max, then VectorE."""
+    peak = dsl.sbuf((t.shape[0], 1), "fp32")
+    magnitude = dsl.activation("abs", t, dtype="fp32", reduce_op="max", reduce_res=peak)
+    part = whole[:t.shape[0]]
+    dsl.binary("max", part, peak, out=part)
+    dsl.release(peak, magnitude)
+
+
+def tensor_scales(dsl: Any, recipe: Recipe, peaks: dict[Ref, Any]) -> dict[tuple[Ref, str], Any]:
+    """Per (source, element format) of the recipe's per-tensor scaled steps: the ``[128, 1]`` scale
+    ``max(amax, 2^-100) / format max``, the amax over the partitions of the source's running column by GpSimd
+    (an all-zero tensor stays 0)."""
+    scales: dict[tuple[Ref, str], Any] = {}
+    for kind, element, (r, *_), _ in recipe.steps:
+        if kind != "scaled" or (r, element) in scales:
+            continue
+        amax = dsl.partition_reduce(peaks[r], "max", dtype="fp32")
+        guarded = dsl.binary("max", amax, 2.0 ** -100, dtype="fp32")
+        scale = dsl.tensor_scalar(guarded, "div", _format_max(element), reverse0=True, dtype="fp32")
+        scales[r, element] = dsl.partition_broadcast(scale, PARTITIONS)
+        dsl.release(amax, guarded, scale)
+    return scales
+
+
+def scaled_value(dsl: Any, x: Any, scale: Any, element: str, dt: str) -> Any:
+    """``round(x * scale, element) / scale`` in ``dt``: a per-tensor scaled quantize-dequantize of a kept tile
+    (the rounding a dtype-converting copy)."""
+    column = scale[:x.shape[0]]
+    scaled = dsl.binary("mul", x, column, dtype="fp32")
+    codes = dsl.copy(scaled, dtype=element, engine="scalar")
+    value = dsl.binary("div", codes, column, dtype=dt)
+    dsl.release(scaled, codes)
+    return value
 
 
 def compute(dsl: Any, kind: str, op: str, args: list[Any], dt: str, shape: tuple[int, int], base: int,
