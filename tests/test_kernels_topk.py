@@ -139,6 +139,9 @@ def test_topk_keeps_leading_axes_and_rejects_bad_k() -> None:
     for k in (0, 11):
         with pytest.raises(KernelError, match=f"top-{k} of rows of 10"):
             topk(x, k)
+    for empty in (np.float32(1.0), np.zeros((3, 0), np.float32)):
+        with pytest.raises(KernelError, match="top-1 of an array of shape"):
+            topk(empty, 1)
     with pytest.raises(KernelError, match="at most 16384 values"):
         topk_kernel.compile(np.zeros((2, 16385), np.float32), k=2)
 

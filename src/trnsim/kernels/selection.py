@@ -20,7 +20,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from trnsim import dsl
 from trnsim.dsl import Tensor
-from trnsim.dsl.errors import fail
+from trnsim.dsl.errors import KernelError, fail
 from trnsim.isa.reduction import SELECT_WIDTH
 from trnsim.kernels.gemm import blocks
 
@@ -66,8 +66,11 @@ def topk(x: ArrayLike, k: int, dtype: str | None = None, *, target: str = "trn3"
         ([[5.0, 4.0]], [[4, 2]])
     """
     arr = np.asarray(x)
+    if arr.ndim == 0 or arr.size == 0:
+        raise KernelError(f"top-{k} of an array of shape {arr.shape}", where="kernels.topk",
+                          hint="pass at least one row of values along the last axis")
     shape = arr.shape
-    rows = arr.reshape(-1, shape[-1]) if arr.ndim else arr.reshape(1, 1)
+    rows = arr.reshape(-1, shape[-1])
     arg = dsl.typed(rows, dtype) if dtype is not None else rows
     out = dsl.run_kernel(topk_kernel, arg, target=target, k=k).outputs
     return out[0].reshape(*shape[:-1], k), out[1].reshape(*shape[:-1], k)
