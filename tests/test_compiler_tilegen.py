@@ -211,6 +211,9 @@ def test_generated_kernel_verifies_and_computes_the_group_on_the_simulator() -> 
     (lambda x: (jnp.tanh(x) * 2.0).sum(axis=0), (8192, 128)),          # a leading-axis sum on TensorE
     (lambda x: jax.nn.gelu(x) * x, (128, 48 * 512)),                   # flat: 48 column tiles
     (lambda x: jax.nn.log_softmax(x, -1), (8192, 8192)),               # rows in 2 chunks: 16 and 32 tiles
+    (lambda x: x.reshape(4096, 2, 4, 64).sum(2), (4096, 8, 64)),       # a middle axis: 8192 rows of 256
+    (lambda x: jnp.exp(x).max(axis=0), (8192, 128)),                   # a leading-axis max on VectorE
+    (lambda x: jnp.exp(x).sum(-1), (8192, 256)),                       # 2 DMAs a tile: 16 and 32 tiles
 ])
 def test_large_kernels_are_timed_on_two_samples_within_3_percent(fn, shape) -> None:  # type: ignore[no-untyped-def]
     from trnsim.compiler.tilegen.timing import SAMPLE_BLOCKS

@@ -29,17 +29,21 @@ def fused_time(target: str, recipe: Recipe, *, sample: bool = True) -> TileTime:
     0.47 s), and a generated kernel streams: once ``PREFETCH`` tiles are in flight, the time per tile repeats
     with the DMA queues' round robin (a tile whose DMA reuses a queue waits for the queue's last transfer).
     A kernel of more than ``2 * a`` tiles is timed on its first ``a`` and ``2 * a`` tiles, ``a`` the first
-    multiple of that period from ``SAMPLE_BLOCKS``, and extrapolated linearly in elements
+    multiple of that period from ``SAMPLE_BLOCKS`` whose tiles issue at least ``2 * QUEUES`` DMAs (with fewer,
+    the pipeline has not settled: 8 and 16 tiles of an exp-sum over [8192, 256], a load of 128 KiB and a
+    store per tile, overestimated the whole kernel by 18%; 16 and 32 tiles are exact), and extrapolated
+    linearly in elements
     (``kernel_timing.linear_fit``, as for large matmuls): the difference is the cost per tile, the rest the
     fixed part (the work before and after the loop, pipeline fill and drain), which is not scaled. Measured
     against whole kernels: within 3% (tests). A recipe whose iotas have a period longer than the small
     sample is timed whole (its index arithmetic differs there). ``sample=False`` times the whole kernel."""
     per_block = PARTITIONS * (recipe.cols or TILE_COLS)
     blocks = -(-recipe.elements // per_block)
-    period = _queue_period(recipe)
+    period, per_tile = _queue_period(recipe), _dmas_per_tile(recipe)
     # NOTE: a tile of rows in chunks is several passes with loads only in the first: the time per tile varies
     # by 10% over the first 16 tiles of a [*, 8192] log-softmax, then settles; samples of 16 and 32 tiles
-    a = -(-SAMPLE_BLOCKS * (2 if recipe.chunk else 1) // period) * period
+    least = max(SAMPLE_BLOCKS * (2 if recipe.chunk else 1), -(-2 * QUEUES // max(per_tile, 1)))
+    a = -(-least // period) * period
     small, large = a * per_block, 2 * a * per_block
     periods = [int(ops[0][1] * ops[1][1]) for kind, _, ops, _ in recipe.steps if kind == "iota"]
     if not sample or blocks <= 2 * a or max(periods, default=0) >= small:
@@ -59,18 +63,22 @@ def _queue_period(recipe: Recipe) -> int:
     that any sample size will do (the GPT step's attention kernel, 5 DMAs a tile: 8 and 16 tiles are within
     0.8% of the whole kernel)."""
     shapes = input_shapes(recipe)
-    per_tile = 0
-    for (_, kind), shape in zip(recipe.inputs, shapes, strict=True):
-        if kind == "per" and PARTITIONS % shape[0]:
-            return QUEUES
-        per_tile += kind in ("full", "row", "mid")
+    if any(kind == "per" and PARTITIONS % shape[0] for (_, kind), shape in zip(recipe.inputs, shapes, strict=True)):
+        return QUEUES
+    per_tile = _dmas_per_tile(recipe)
+    if per_tile * SAMPLE_BLOCKS >= 2 * QUEUES:
+        return 1                 # the queues wrap at least twice in the smaller sample: the phase hardly matters
+    return QUEUES // gcd(per_tile, QUEUES) if per_tile else 1
+
+
+def _dmas_per_tile(recipe: Recipe) -> int:
+    """The loads and stores of one tile of the loop (tables whose period does not divide a tile aside)."""
+    per_tile = sum(kind in ("full", "row", "mid") for _, kind in recipe.inputs)
     kinds = recipe.output_kinds or ("full",) * len(recipe.outputs)
     per_tile += sum(k in ("full", "row", "mid") for k in kinds)
     if recipe.chunk:
         per_tile *= -(-recipe.cols // recipe.chunk)      # a load and a store per chunk (at least)
-    if per_tile * SAMPLE_BLOCKS >= 2 * QUEUES:
-        return 1                 # the queues wrap at least twice in the smaller sample: the phase hardly matters
-    return QUEUES // gcd(per_tile, QUEUES) if per_tile else 1
+    return per_tile
 
 
 def _sample(recipe: Recipe, elements: int) -> Recipe:
