@@ -584,3 +584,30 @@ def test_a_per_tensor_scaled_input_of_rows_in_chunks_is_kept_as_loaded(keep: boo
     np.testing.assert_array_equal(shifted, x - x.max(-1, keepdims=True))
     scale = np.float32(448.0 / np.abs(x).max())
     np.testing.assert_array_equal(scaled, (quantize(x * scale, "fp8_e4m3") / scale).astype(np.float32))
+
+
+def test_an_iota_of_a_row_layout_larger_than_fp32_integers_counts_from_each_tile_modulo_its_period(
+        monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> None:
+    """A causal mask over many heads: the flat element index passes 2**24 (here a limit of 8000, above the
+    mask's period of 1600 elements plus a tile of 128 rows of 40, below the 9600 elements); each tile's iota
+    starts at its first index modulo the period. The flat layout, whose partitions span the whole space,
+    still needs the space below the limit."""
+    from trnsim.compiler.tilegen import build
+
+    monkeypatch.setattr(build, "EXACT_INDEX", 8000)
+    tilegen.clear_memo()
+    request.addfinalizer(tilegen.clear_memo)
+    s = np.random.default_rng(15).standard_normal((2, 3, 40, 40)).astype(np.float32)   # 240 rows: 2 tiles
+
+    def causal(s: jax.Array) -> jax.Array:
+        keep = jnp.arange(40)[:, None] >= jnp.arange(40)[None, :]
+        return jax.nn.softmax(jnp.where(keep, s, -jnp.inf), axis=-1)
+
+    program = _compile(causal, s)
+    (step,) = [s for s in program.plan.steps if s.kernel != "view"]
+    assert step.kernel == "generated_elementwise"
+    recipe = _check_step(program, [s], step.index, 1e-6)
+    iotas = [i for i, st in enumerate(recipe.steps) if st[0] == "iota"]
+    assert iotas and any(recipe.phases[i] == "block" for i in iotas)      # period 40 rows: per tile
+    flat = _compile(lambda x: x * jnp.arange(9600, dtype=jnp.float32).reshape(2, 3, 40, 40), s)
+    assert flat.plan.steps[0].kernel == "fused_elementwise"

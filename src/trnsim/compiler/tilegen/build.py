@@ -285,10 +285,15 @@ class _Builder:
         dtype = DSL_DTYPE.get(node.out.type.dtype)
         if axis is None:
             return ("imm", 0.0)
-        if dtype is None or self.n >= EXACT_INDEX:
-            return None
         stride = prod(target[axis + 1:])
         period = stride * target[axis]
+        # NOTE: the index is periodic in the flat element index e, so a tile starts from its first e modulo the
+        # period (emit.compute): in the row layout its values stay below period + 128 · cols, exact in fp32
+        # whatever the space's size (a causal mask over 32 heads of [2048, 2048]); in the flat layout a
+        # partition's row spans the whole space
+        largest = period + PARTITIONS * self.cols if self.cols else self.n
+        if dtype is None or largest >= EXACT_INDEX:
+            return None
         invariant = self.cols > 0 and ((PARTITIONS * self.cols) % period == 0 or self.rows <= PARTITIONS)
         return self.push(("iota", "", (("imm", float(stride)), ("imm", float(target[axis]))), dtype),
                          "vec" if invariant else "full")

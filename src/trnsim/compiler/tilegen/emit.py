@@ -311,9 +311,10 @@ def compute(dsl: Any, kind: str, op: str, args: list[Any], dt: str, shape: tuple
     if kind in _GROUPED:
         return _grouped(dsl, _GROUPED[kind], args[0], op, int(args[1]), dt)
     assert kind == "iota", kind
-    # the index along one axis from the flat element index e: (e mod (stride * size)) div stride
+    # the index along one axis from the flat element index e: (e mod (stride * size)) div stride, the tile's
+    # first e taken modulo the period (build._iota: the values stay exact in fp32)
     stride, size = int(args[0]), int(args[1])
-    index = dsl.iota(shape, "int32", base=base, channel_multiplier=multiplier, steps=[1])
+    index = dsl.iota(shape, "int32", base=base % (stride * size), channel_multiplier=multiplier, steps=[1])
     if stride * size < elements:
         index = dsl.binary("mod", index, float(stride * size), dtype="int32")
     if stride > 1:
