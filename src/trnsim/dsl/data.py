@@ -6,6 +6,7 @@ dtypes differ. ``copy`` is an engine copy/cast (VectorE by default): the way res
 
     t = load(x[0:128, :])                    # HBM → new SBUF tile of the view's shape and dtype
     load(t2, x[0:128, :].T)                  # into an existing tile, transposing on the way (DMA transpose)
+    load(t3, x[0:128, :], split=4)           # as 4 DMAs of 32 partitions on 4 queues, in parallel
     store(out[0:128, :], t)                  # SBUF → HBM (a cast when the dtypes differ)
     dma_gather(rows, table, ids)             # rows[p, :] = table[ids[p], :] (an embedding lookup)
     acc = psum((128, 512)); s = copy(acc, dtype="bf16")
@@ -71,10 +72,20 @@ def same_shape(a: Tensor, b: Tensor, what: str) -> None:
              "operands need the same partitions and elements per partition")
 
 
-def _dma(dst: Tensor, src: Tensor, queue: int | None) -> Tensor:
+def _dma(dst: Tensor, src: Tensor, queue: int | None, split: int = 1) -> Tensor:
     tr = current()
     if dst.size != src.size:
         fail(f"DMA of {src.shape} into {dst.shape}: sizes differ", "copy views with the same number of elements")
+    if split > 1:
+        # one transfer per block of rows (tile partitions), each on the next queue: a DMA engine moves one
+        # transfer at a time (reference/neuron.md §1.2), so a large tile loads split-ways in parallel
+        if queue is not None:
+            fail("split= spreads the transfer over the queues", "give queue= or split=, not both")
+        rows = dst.shape[0]  # load and store move views of one shape
+        step = -(-rows // min(split, rows))
+        for r in range(0, rows, step):
+            _dma(dst[r : r + step], src[r : r + step], None)
+        return dst
     q = tr.next_queue() if queue is None else queue
     dst_ap, src_ap = dst.ap(), src.ap()
     tr.emit("sync", lambda w, s: DmaCopy(dst_ap, src_ap, q, wait=w, signal=s), [src], [dst], domain=f"dma{q}")
@@ -82,12 +93,14 @@ def _dma(dst: Tensor, src: Tensor, queue: int | None) -> Tensor:
 
 
 @overload
-def load(src: Tensor, /, *, dtype: str | None = None, queue: int | None = None) -> Tensor: ...
+def load(src: Tensor, /, *, dtype: str | None = None, queue: int | None = None, split: int = 1) -> Tensor: ...
 @overload
-def load(dst: Tensor, src: Tensor, /, *, queue: int | None = None) -> Tensor: ...
-def load(a: Tensor, b: Tensor | None = None, /, *, dtype: str | None = None, queue: int | None = None) -> Tensor:
+def load(dst: Tensor, src: Tensor, /, *, queue: int | None = None, split: int = 1) -> Tensor: ...
+def load(a: Tensor, b: Tensor | None = None, /, *, dtype: str | None = None, queue: int | None = None,
+         split: int = 1) -> Tensor:
     """``load(hbm_view)`` → a new SBUF tile of its shape (``dtype`` casts); ``load(tile, hbm_view)`` fills a
-    tile. Returns the tile."""
+    tile. Returns the tile. ``split=n``: as ``n`` DMAs of consecutive blocks of partitions on ``n`` queues
+    (a large tile then moves ``n`` ways in parallel)."""
     src = a if b is None else b
     if src.on_chip:
         fail(f"load reads HBM, not {src.memory}", "use copy() between tiles, or dma_copy")
@@ -102,16 +115,16 @@ def load(a: Tensor, b: Tensor | None = None, /, *, dtype: str | None = None, que
             fail("load(tile, view) takes its dtype from the tile", "drop dtype=")
         if dst.shape != src.shape:
             fail(f"load of {src.shape} into a tile of {dst.shape}", "load a view of the tile's shape")
-    return _dma(dst, src, queue)
+    return _dma(dst, src, queue, split)
 
 
-def store(dst: Tensor, src: Tensor, *, queue: int | None = None) -> None:
-    """DMA the tile ``src`` into the HBM view ``dst`` (casting to its dtype)."""
+def store(dst: Tensor, src: Tensor, *, queue: int | None = None, split: int = 1) -> None:
+    """DMA the tile ``src`` into the HBM view ``dst`` (casting to its dtype); ``split`` as for ``load``."""
     if dst.on_chip:
         fail(f"store writes HBM, not {dst.memory}", "store into an HBM tensor (or a view of one)")
     if dst.shape != src.shape:
         fail(f"store of {src.shape} into {dst.shape}", "store a tile into a view of the same shape")
-    _dma(dst, src, queue)
+    _dma(dst, src, queue, split)
 
 
 def dma_copy(dst: Tensor, src: Tensor, *, queue: int | None = None) -> Tensor:
