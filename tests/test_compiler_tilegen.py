@@ -611,3 +611,24 @@ def test_an_iota_of_a_row_layout_larger_than_fp32_integers_counts_from_each_tile
     assert iotas and any(recipe.phases[i] == "block" for i in iotas)      # period 40 rows: per tile
     flat = _compile(lambda x: x * jnp.arange(9600, dtype=jnp.float32).reshape(2, 3, 40, 40), s)
     assert flat.plan.steps[0].kernel == "fused_elementwise"
+
+
+def test_small_blocks_are_loaded_further_ahead_and_large_ones_in_pieces(monkeypatch: pytest.MonkeyPatch,
+                                                                         request: pytest.FixtureRequest) -> None:
+    from trnsim.compiler.tilegen import emit
+    from trnsim.compiler.tilegen.recipe import PREFETCH, pipeline
+
+    request.addfinalizer(tilegen.clear_memo)
+    small = _recipe(_compile(lambda x: x * 2.0, np.ones((2048, 512), jnp.bfloat16)))    # blocks of 128 KiB
+    x = np.random.default_rng(16).standard_normal((512, 2048)).astype(np.float32)
+    program = _compile(lambda x: jax.nn.softmax(x, -1), x)                             # blocks of 1 MiB
+    large = _recipe(program)
+    assert small is not None and large is not None
+    assert pipeline(small) == (16, 1) and pipeline(large) == (8, 2)
+    recipe = _check_step(program, [x], 0, 2e-6)                 # each block loaded and stored in 2 pieces
+    assert tilegen.fused_time("trn3", recipe).by_engine["dma"] == 4 * 2 * 2
+    # against PREFETCH blocks ahead in one DMA each: the queues' bound is 4 MiB / 528 GB/s + 2 us = 10 us
+    piped = tilegen.fused_time("trn3", small).seconds
+    monkeypatch.setattr(emit, "pipeline", lambda recipe: (PREFETCH, 1))
+    tilegen.clear_memo()
+    assert piped < 20e-6 < 30e-6 < tilegen.fused_time("trn3", small).seconds

@@ -11,7 +11,6 @@ from trnsim.compiler.tilegen import chunked
 from trnsim.compiler.tilegen.recipe import (
     MX_BLOCK,
     PARTITIONS,
-    PREFETCH,
     PSUM_COLS,
     QUEUES,
     TILE_COLS,
@@ -19,6 +18,8 @@ from trnsim.compiler.tilegen.recipe import (
     Ref,
     input_shapes,
     output_shapes,
+    pieces,
+    pipeline,
     space,
 )
 
@@ -125,9 +126,23 @@ def _kernel() -> Any:
                         r += run
                     tiles.append(tile)
                 else:
-                    tiles.append(dsl.load(part(x, b0, bw), queue=queue % QUEUES))
-                    queue += 1
+                    tiles.append(transfer(None, part(x, b0, bw), dt))
             return tiles
+
+        def transfer(dst: Tensor | None, src: Tensor, dt: str) -> Tensor:
+            """A block's load (``dst`` None: into a new tile) or store, in pieces of partitions (``pipeline``)."""
+            nonlocal queue
+            target = dsl.sbuf(src.shape, dt) if dst is None else dst
+            lanes_ = src.shape[0]
+            step = -(-lanes_ // pieces(src.size * _itemsize(dt), split))
+            for p0 in range(0, lanes_, step):
+                p1 = min(lanes_, p0 + step)
+                if dst is None:
+                    dsl.load(target[p0:p1], src[p0:p1], queue=queue % QUEUES)
+                else:
+                    dsl.store(target[p0:p1], src[p0:p1], queue=queue % QUEUES)
+                queue += 1
+            return target
 
         # step index → block intermediates read there for the last time (never the ones the group stores)
         # per-tensor scaled steps (phase ``late``) run after the loop on their source tiles, kept in SBUF
@@ -146,12 +161,13 @@ def _kernel() -> Any:
             if j not in stored and recipe.steps[j][0] != "lead":
                 last_read.setdefault(index, []).append(j)
 
-        # NOTE: software pipelining: DMAs issue in program order, so block i+PREFETCH's loads are emitted
+        # NOTE: software pipelining: DMAs issue in program order, so block i+ahead's loads are emitted
         # before block i's stores (which wait for its compute), keeping the queues busy
-        loaded = [load_block(*b) for b in blocks[:PREFETCH]]
+        ahead, split = pipeline(recipe)
+        loaded = [load_block(*b) for b in blocks[:ahead]]
         for i, (b0, bw) in enumerate(blocks):
-            if i + PREFETCH < len(blocks):
-                loaded.append(load_block(*blocks[i + PREFETCH]))
+            if i + ahead < len(blocks):
+                loaded.append(load_block(*blocks[i + ahead]))
             tiles = loaded[i]
             tmps: dict[int, Tensor] = {}
 
@@ -205,8 +221,7 @@ def _kernel() -> Any:
                     dsl.release(*dead)
             for out, (ref, _), k in zip(outs, recipe.outputs, kinds, strict=True):
                 if k in ("full", "row", "mid") and not (ref[0] == "tmp" and phases[ref[1]] == "late"):
-                    dsl.store(part(out, b0, bw), get(ref), queue=queue % QUEUES)
-                    queue += 1
+                    transfer(part(out, b0, bw), get(ref), out.dtype)
                 elif k == "sc" and i == 0:
                     dsl.store(out, get(ref)[0:out.shape[0]], queue=queue % QUEUES)
                     queue += 1
@@ -252,6 +267,12 @@ def _kernel() -> Any:
         return tuple(outs)
 
     return fused_elementwise
+
+
+def _itemsize(dt: str) -> int:
+    from trnsim.isa.dtypes import DTYPES
+
+    return DTYPES[dt].itemsize
 
 
 def fold_peak(dsl: Any, t: Any, whole: Any) -> None:

@@ -8,7 +8,9 @@ from typing import Any
 
 PARTITIONS = 128
 TILE_COLS = 512           # 2 KiB of fp32 per partition per tile: efficient DMA (neuron.md §1.2), many in flight
-PREFETCH = 4             # blocks loaded ahead of the one being computed
+PREFETCH = 4             # blocks loaded ahead of the one being computed (at least; ``pipeline``)
+PREFETCH_BYTES = 64 << 10  # per partition: the loads of the blocks ahead (a quarter of trn3's 256 KiB SBUF)
+MIN_PIECE = 64 << 10     # bytes of a DMA piece: ~2 us at a queue's 33 GB/s, its fixed cost (``pipeline``)
 QUEUES = 16              # DMA queues per core (trn3 preset); loads and stores are spread over them
 MAX_INPUTS = 12
 PSUM_COLS = 512          # fp32 per partition in one PSUM bank: one matmul's moving free size (neuron.md §2.2 TC#2)
@@ -77,6 +79,47 @@ def space(recipe: Recipe) -> tuple[int, int]:
     if recipe.cols:
         return recipe.elements // recipe.cols, recipe.cols
     return PARTITIONS, recipe.elements // PARTITIONS
+
+
+def block_dmas(recipe: Recipe) -> tuple[list[int], list[int]]:
+    """Bytes of each load and each store of one block of the tile loop (a full block of ``min(128, rows)``
+    rows; tables and columns loaded once aside)."""
+    from trnsim.isa.dtypes import DTYPES
+
+    rows, cols = space(recipe)
+    lanes = min(PARTITIONS, rows)
+    width = cols if recipe.cols else min(TILE_COLS, cols)
+    shapes = input_shapes(recipe)
+    loads = [lanes * (1 if kind == "row" else shape[1] if kind == "mid" else width) * DTYPES[dt].itemsize
+             for (dt, kind), shape in zip(recipe.inputs, shapes, strict=True)
+             if kind in ("full", "row", "mid") or (kind == "per" and PARTITIONS % shape[0])]
+    kinds = recipe.output_kinds or ("full",) * len(recipe.outputs)
+    stores = [lanes * (1 if kind == "row" else shape[1] if kind == "mid" else width) * DTYPES[dt].itemsize
+              for (_, dt), kind, shape in zip(recipe.outputs, kinds, output_shapes(recipe), strict=True)
+              if kind in ("full", "row", "mid")]
+    return loads, stores
+
+
+def pipeline(recipe: Recipe) -> tuple[int, int]:
+    """(blocks loaded ahead, pieces a block's DMA may be split into) of the tile loop (``emit``).
+
+    NOTE: a DMA queue moves one transfer at a time, at 33 GB/s after a fixed ~2 us (neuron.md §1.3: 16
+    queues, 528 GB/s per core; the trn3 preset's ``dma.latency``), so the loop keeps HBM busy only with
+    about ``QUEUES`` transfers in flight. Small blocks are loaded further ahead, up to ``PREFETCH_BYTES`` per
+    partition (``PREFETCH`` blocks at least, ``QUEUES`` at most); then each DMA is split by partitions into
+    up to 4 pieces (of 32 partitions or more) until about ``QUEUES`` loads are in flight, none smaller than
+    ``MIN_PIECE`` (``pieces``). A [2048, 512] bf16 ``x * 2``: 35.6 -> 17.0 us (the queues' bound: 12 us)."""
+    loads, _ = block_dmas(recipe)
+    if not loads:
+        return PREFETCH, 1
+    lanes = min(PARTITIONS, space(recipe)[0])
+    ahead = max(PREFETCH, min(QUEUES, PREFETCH_BYTES * lanes // sum(loads)))
+    return ahead, max(1, min(PARTITIONS // 32, -(-QUEUES // (ahead * len(loads)))))
+
+
+def pieces(nbytes: int, split: int) -> int:
+    """Pieces of a DMA of ``nbytes`` split ``split`` ways at most (``pipeline``): each at least ``MIN_PIECE``."""
+    return max(1, min(split, nbytes // MIN_PIECE))
 
 
 def input_shapes(recipe: Recipe) -> tuple[tuple[int, int], ...]:

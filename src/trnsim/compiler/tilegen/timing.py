@@ -8,7 +8,19 @@ from math import gcd
 from typing import Any
 
 from trnsim.compiler.tilegen.emit import forget_traces, kernel
-from trnsim.compiler.tilegen.recipe import PARTITIONS, QUEUES, TILE_COLS, Recipe, input_shapes, output_shapes, space
+from trnsim.compiler.tilegen.recipe import (
+    PARTITIONS,
+    PREFETCH,
+    QUEUES,
+    TILE_COLS,
+    Recipe,
+    block_dmas,
+    input_shapes,
+    output_shapes,
+    pieces,
+    pipeline,
+    space,
+)
 
 
 @dataclass(frozen=True)
@@ -26,23 +38,25 @@ def fused_time(target: str, recipe: Recipe, *, sample: bool = True) -> TileTime:
     """The generated kernel's time for ``recipe`` (timing-only, no data).
 
     NOTE: tracing dominates a compile (the GPT step's two attention-shaped kernels of 32 tiles took 150 ms of
-    0.47 s), and a generated kernel streams: once ``PREFETCH`` tiles are in flight, the time per tile repeats
-    with the DMA queues' round robin (a tile whose DMA reuses a queue waits for the queue's last transfer).
-    A kernel of more than ``2 * a`` tiles is timed on its first ``a`` and ``2 * a`` tiles, ``a`` the first
-    multiple of that period from ``SAMPLE_BLOCKS`` whose tiles issue at least ``2 * QUEUES`` DMAs (with fewer,
-    the pipeline has not settled: 8 and 16 tiles of an exp-sum over [8192, 256], a load of 128 KiB and a
-    store per tile, overestimated the whole kernel by 18%; 16 and 32 tiles are exact), and extrapolated
-    linearly in elements
-    (``kernel_timing.linear_fit``, as for large matmuls): the difference is the cost per tile, the rest the
-    fixed part (the work before and after the loop, pipeline fill and drain), which is not scaled. Measured
-    against whole kernels: within 3% (tests). A recipe whose iotas have a period longer than the small
-    sample is timed whole (its index arithmetic differs there). ``sample=False`` times the whole kernel."""
+    0.47 s), and a generated kernel streams: once the blocks loaded ahead (``recipe.pipeline``) are in
+    flight, the time per tile repeats with the DMA queues' round robin (a tile whose DMA reuses a queue waits
+    for the queue's last transfer). A kernel of more than ``2 * a`` tiles is timed on its first ``a`` and
+    ``2 * a`` tiles and extrapolated linearly in elements (``kernel_timing.linear_fit``, as for large
+    matmuls): the difference is the cost per tile, the rest the fixed part (the work before and after the
+    loop, pipeline fill and drain), which is not scaled. ``a`` is the first multiple of that period from
+    ``SAMPLE_BLOCKS`` whose tiles issue at least ``2 * QUEUES`` DMAs and hold twice the blocks loaded ahead:
+    with fewer the pipeline has not settled (8 and 16 tiles of an exp-sum over [8192, 256], a load of 128
+    KiB and a store per tile, 4 blocks ahead, overestimated the whole kernel by 18%; with 16 blocks ahead,
+    16 and 32 tiles underestimated it by 12%). Measured against whole kernels: within 3% (tests). A recipe
+    whose iotas have a period longer than the small sample is timed whole (its index arithmetic differs
+    there). ``sample=False`` times the whole kernel."""
     per_block = PARTITIONS * (recipe.cols or TILE_COLS)
     blocks = -(-recipe.elements // per_block)
     period, per_tile = _queue_period(recipe), _dmas_per_tile(recipe)
     # NOTE: a tile of rows in chunks is several passes with loads only in the first: the time per tile varies
     # by 10% over the first 16 tiles of a [*, 8192] log-softmax, then settles; samples of 16 and 32 tiles
-    least = max(SAMPLE_BLOCKS * (2 if recipe.chunk else 1), -(-2 * QUEUES // max(per_tile, 1)))
+    ahead = PREFETCH if recipe.chunk else pipeline(recipe)[0]
+    least = max(SAMPLE_BLOCKS * (2 if recipe.chunk else 1), -(-2 * QUEUES // max(per_tile, 1)), 2 * ahead)
     a = -(-least // period) * period
     small, large = a * per_block, 2 * a * per_block
     periods = [int(ops[0][1] * ops[1][1]) for kind, _, ops, _ in recipe.steps if kind == "iota"]
@@ -72,13 +86,12 @@ def _queue_period(recipe: Recipe) -> int:
 
 
 def _dmas_per_tile(recipe: Recipe) -> int:
-    """The loads and stores of one tile of the loop (tables whose period does not divide a tile aside)."""
-    per_tile = sum(kind in ("full", "row", "mid") for _, kind in recipe.inputs)
-    kinds = recipe.output_kinds or ("full",) * len(recipe.outputs)
-    per_tile += sum(k in ("full", "row", "mid") for k in kinds)
+    """The loads and stores of one tile of the loop, in pieces (``recipe.pipeline``)."""
+    loads, stores = block_dmas(recipe)
     if recipe.chunk:
-        per_tile *= -(-recipe.cols // recipe.chunk)      # a load and a store per chunk (at least)
-    return per_tile
+        return (len(loads) + len(stores)) * -(-recipe.cols // recipe.chunk)   # a load and a store per chunk
+    split = pipeline(recipe)[1]
+    return sum(pieces(b, split) for b in (*loads, *stores))
 
 
 def _sample(recipe: Recipe, elements: int) -> Recipe:
