@@ -3,6 +3,8 @@ valid NeuronCore program computing the group's result on the functional simulato
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -632,3 +634,31 @@ def test_small_blocks_are_loaded_further_ahead_and_large_ones_in_pieces(monkeypa
     monkeypatch.setattr(emit, "pipeline", lambda recipe: (PREFETCH, 1))
     tilegen.clear_memo()
     assert piped < 20e-6 < 30e-6 < tilegen.fused_time("trn3", small).seconds
+
+
+def test_five_inputs_of_rows_of_4096_fp32_load_one_block_ahead_and_fit_in_sbuf(
+        monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> None:
+    """Five operand tiles of 16 KiB per partition (a norm's backward over [B·T, 4096] fp32 reads four): four
+    blocks ahead do not fit in SBUF (the step kept the analytic cost); one block ahead, in pieces, does."""
+    from trnsim.compiler.tilegen import emit
+    from trnsim.compiler.tilegen.recipe import PREFETCH, pipeline
+    from trnsim.dsl.errors import KernelError
+
+    request.addfinalizer(tilegen.clear_memo)
+    rng = np.random.default_rng(17)
+    a, b, c, d, e = (rng.standard_normal((200, 4096)).astype(np.float32) for _ in range(5))
+    steps: tuple[tilegen.Step, ...] = (
+        ("alu", "mul", (("in", 0), ("in", 1)), "fp32"), ("alu", "add", (("tmp", 0), ("in", 2)), "fp32"),
+        ("alu", "mul", (("tmp", 1), ("in", 3)), "fp32"), ("alu", "add", (("tmp", 2), ("in", 4)), "fp32"))
+    recipe = tilegen.Recipe(a.size, (("fp32", "full"),) * 5, steps, ((("tmp", 3), "fp32"),), cols=4096,
+                            output_kinds=("full",))
+    assert pipeline(recipe) == (1, 4)
+    verify(tilegen.kernel_program("trn3", recipe), registry.get("trn3"))
+    (out,) = trnsim.run_kernel(tilegen.kernel(), a, b, c, d, e, recipe=recipe).outputs
+    np.testing.assert_array_equal(out, (a * b + c) * d + e)                 # fp32 rounding at each op, as numpy
+    longer = dataclasses.replace(recipe, elements=1024 * 4096)                 # 8 blocks (timing only)
+    tilegen.fused_time("trn3", longer)
+    monkeypatch.setattr(emit, "pipeline", lambda recipe: (PREFETCH, 1))
+    tilegen.clear_memo()
+    with pytest.raises(KernelError, match="out of sbuf"):
+        tilegen.fused_time("trn3", longer)

@@ -8,7 +8,7 @@ from typing import Any
 
 PARTITIONS = 128
 TILE_COLS = 512           # 2 KiB of fp32 per partition per tile: efficient DMA (neuron.md §1.2), many in flight
-PREFETCH = 4             # blocks loaded ahead of the one being computed (at least; ``pipeline``)
+PREFETCH = 4             # blocks loaded ahead of the one being computed (rows in chunks; else ``pipeline``)
 PREFETCH_BYTES = 64 << 10  # per partition: the loads of the blocks ahead (a quarter of trn3's 256 KiB SBUF)
 MIN_PIECE = 64 << 10     # bytes of a DMA piece: ~2 us at a queue's 33 GB/s, its fixed cost (``pipeline``)
 QUEUES = 16              # DMA queues per core (trn3 preset); loads and stores are spread over them
@@ -105,15 +105,16 @@ def pipeline(recipe: Recipe) -> tuple[int, int]:
 
     NOTE: a DMA queue moves one transfer at a time, at 33 GB/s after a fixed ~2 us (neuron.md §1.3: 16
     queues, 528 GB/s per core; the trn3 preset's ``dma.latency``), so the loop keeps HBM busy only with
-    about ``QUEUES`` transfers in flight. Small blocks are loaded further ahead, up to ``PREFETCH_BYTES`` per
-    partition (``PREFETCH`` blocks at least, ``QUEUES`` at most); then each DMA is split by partitions into
-    up to 4 pieces (of 32 partitions or more) until about ``QUEUES`` loads are in flight, none smaller than
-    ``MIN_PIECE`` (``pieces``). A [2048, 512] bf16 ``x * 2``: 35.6 -> 17.0 us (the queues' bound: 12 us)."""
+    about ``QUEUES`` transfers in flight. Blocks are loaded ahead up to ``PREFETCH_BYTES`` per partition (one
+    block at least, ``QUEUES`` at most: small blocks far ahead, and five [128, 4096] fp32 inputs still fit in
+    SBUF); then each DMA is split by partitions into up to 4 pieces (of 32 partitions or more) until about
+    ``QUEUES`` loads are in flight, none smaller than ``MIN_PIECE`` (``pieces``). A [2048, 512] bf16
+    ``x * 2``: 35.6 -> 17.0 us (the queues' bound: 12 us)."""
     loads, _ = block_dmas(recipe)
     if not loads:
         return PREFETCH, 1
     lanes = min(PARTITIONS, space(recipe)[0])
-    ahead = max(PREFETCH, min(QUEUES, PREFETCH_BYTES * lanes // sum(loads)))
+    ahead = max(1, min(QUEUES, PREFETCH_BYTES * lanes // sum(loads)))
     return ahead, max(1, min(PARTITIONS // 32, -(-QUEUES // (ahead * len(loads)))))
 
 
