@@ -662,3 +662,26 @@ def test_five_inputs_of_rows_of_4096_fp32_load_one_block_ahead_and_fit_in_sbuf(
     tilegen.clear_memo()
     with pytest.raises(KernelError, match="out of sbuf"):
         tilegen.fused_time("trn3", longer)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_a_leading_axis_sum_4096_wide_accumulates_in_all_eight_psum_banks(dtype: str) -> None:
+    """The RMSNorm weight gradient of a 4096-wide model: [B·T, 4096] → [4096], 8 banks of 512 fp32."""
+    x = np.random.default_rng(18).integers(-8, 9, (200, 4096)).astype(dtype)     # sums of integers: exact
+    program = _compile(lambda x: (x * 2.0).sum(axis=0), x)
+    step = next(s.index for s in program.plan.steps if s.kernel == "generated_elementwise")
+    recipe = _check_step(program, [x], step, 0.0)
+    assert any(s[0] == "lead" for s in recipe.steps)
+    assert all(s.kernel != "fused_elementwise" for s in program.plan.steps)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_a_leading_axis_sum_added_to_a_group_input_of_its_shape_loads_it_after_the_loop(dtype: str) -> None:
+    """A gradient accumulated into (one sum made by another step plus this step's): the other is a ``red``
+    input, loaded once after the tile loop."""
+    x = np.random.default_rng(19).integers(-8, 9, (200, 96)).astype(dtype)
+    program = _compile(lambda x: (x * 2.0).sum(axis=0) + (x * x).sum(axis=0), x)
+    assert all(s.kernel != "fused_elementwise" for s in program.plan.steps)
+    step = next(s.index for s in program.plan.steps if s.ops[-1] == "add")
+    recipe = _check_step(program, [x], step, 0.0)
+    assert any(kind == "red" for _, kind in recipe.inputs)

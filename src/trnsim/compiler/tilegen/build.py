@@ -21,6 +21,7 @@ from trnsim.compiler.tilegen.recipe import (
     MAX_ROW,
     MX_BLOCK,
     PARTITIONS,
+    PSUM_COLS,
     REDUCE,
     Recipe,
     Ref,
@@ -143,6 +144,7 @@ class _Builder:
         self.along: dict[int, bool] = {}
         self.kept: dict[Ref, int] = {}                  # bytes of the tiles kept for a per-tensor scale
         self.inner = 0                                  # the width of a middle-axis reduction's results
+        self.lead_cols = 0                              # PSUM columns of the leading-axis sums so far
 
     def along_rows(self, v: Value) -> bool:
         """Whether ``v`` is made in the group by an op that works along rows, directly or through others."""
@@ -457,7 +459,7 @@ class _Builder:
         if period > PARTITIONS or node.out.type.size != period * width or \
                 DSL_DTYPE.get(x.type.dtype) not in ("fp32", "bf16", "fp16"):
             return None
-        if op == "add" and width > MAX_LEAD_COLS:
+        if op == "add" and self.lead_cols + width > MAX_LEAD_COLS:
             return None                  # PSUM banks
         # NOTE: a leading-axis max or min keeps a running [128, width] tile (VectorE, exact in the operand's
         # dtype) whose rows are the result's rows modulo ``period`` only when ``period`` divides a tile
@@ -470,6 +472,8 @@ class _Builder:
         # bf16 rate, on the engine that also builds masks; a transposed-view load (dma_transpose, §2.3) would
         # bring the data in a second time when the group also works along rows (a norm's backward does
         # both). fp32 operands cost TensorE 4× (§1.4: 20 vs 79 TFLOPS), still one pass per tile.
+        if op == "add":
+            self.lead_cols += -(-width // PSUM_COLS) * PSUM_COLS
         ref = self.push(("lead", REDUCE[op], (src, ("imm", float(period))), dt), "red", "block")
         self.red_shape[ref] = (period, width)
         return ref
@@ -482,6 +486,19 @@ class _Builder:
                 return None
             u = p.inputs[0]
         return self.value(u, (), (None,) * u.type.rank)
+
+    def reduced(self, u: Value, shapes: set[tuple[int, int]]) -> Ref | None:
+        """A group input of a leading-axis result's size, next to that result (a gradient accumulated into):
+        loaded once, after the loop."""
+        if len(shapes) != 1 or u.id not in self.external:
+            return None
+        (shape,) = shapes
+        if u.type.size != prod(shape):
+            return None
+        ref = self.load(u, "red", shape, "red")
+        if ref is not None:
+            self.red_shape[ref] = shape
+        return ref
 
     def narrow(self, u: Value) -> Ref | None:
         """A value of a middle-axis reduction's result size that has no ref yet: a group input (a ``[rows,
@@ -509,7 +526,10 @@ class _Builder:
         if node.op == "reduce" and not _unit_reduce(node):
             ref = self.reduce(node)
         elif any(self.kind(self.refs[u.id]) in ("red", "mid") for u in node.inputs if u.id in self.refs):
-            operands = [self.refs.get(u.id) or self.scalar(u) or self.narrow(u) for u in node.inputs]
+            shapes = {self.red_shape[self.refs[u.id]] for u in node.inputs
+                      if u.id in self.refs and self.kind(self.refs[u.id]) == "red"}
+            operands = [self.refs.get(u.id) or self.scalar(u) or self.narrow(u) or self.reduced(u, shapes)
+                        for u in node.inputs]
             if any(o is None for o in operands):
                 return False
             ref = self.apply(node, tuple(o for o in operands if o is not None))

@@ -112,7 +112,7 @@ def _kernel() -> Any:
             nonlocal queue
             tiles: list[Tensor | None] = []
             for i, (x, (dt, kind)) in enumerate(zip(ins, recipe.inputs, strict=True)):
-                if i in columns:
+                if i in columns or kind == "red":
                     tiles.append(None)
                 elif kind == "per":                      # a table whose period does not divide a tile
                     period = shapes[i][0]
@@ -246,7 +246,11 @@ def _kernel() -> Any:
                     dsl.copy(a, out=result[:, c * PSUM_COLS:c * PSUM_COLS + a.shape[1]])
                 post[index] = result
             elif phases[index] == "post":
-                args = [post[r[1]] if r[0] == "tmp" else r[1] for r in operands]
+                for r in operands:
+                    if r[0] == "in" and r[1] not in columns:        # an input of the result's shape
+                        columns[r[1]] = dsl.load(ins[r[1]], queue=queue % QUEUES)
+                        queue += 1
+                args = [post[r[1]] if r[0] == "tmp" else columns[r[1]] if r[0] == "in" else r[1] for r in operands]
                 post[index] = compute(dsl, kind, op, args, dt, (1, 1), 0, cols, recipe.elements)
         for out, (ref, _), k in zip(outs, recipe.outputs, kinds, strict=True):
             if k == "red":

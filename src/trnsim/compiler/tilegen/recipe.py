@@ -14,7 +14,9 @@ MIN_PIECE = 64 << 10     # bytes of a DMA piece: ~2 us at a queue's 33 GB/s, its
 QUEUES = 16              # DMA queues per core (trn3 preset); loads and stores are spread over them
 MAX_INPUTS = 12
 PSUM_COLS = 512          # fp32 per partition in one PSUM bank: one matmul's moving free size (neuron.md §2.2 TC#2)
-MAX_LEAD_COLS = 2048     # a leading-axis reduction accumulates in at most 4 of the 8 PSUM banks
+MAX_LEAD_COLS = 4096     # the leading-axis sums of a group accumulate in PSUM's 8 banks of PSUM_COLS fp32
+                         # (neuron.md §0: 2 MiB per core, 16 KiB per partition); a kernel that also
+                         # transposes on TensorE then runs out of PSUM and keeps the analytic cost
 EXACT_INDEX = 1 << 24    # iota arithmetic runs in fp32: element indices are exact below this
 
 # StableHLO op → ("alu", ISA ALU op) or ("act", ISA activation function)
@@ -49,8 +51,9 @@ class Recipe:
     ``[N / cols, cols]`` in tiles of 128 rows, each in passes over chunks of ``chunk`` columns when ``chunk > 0``
     (rows longer than ``MAX_ROW``; ``chunked``). Input kinds: ``full`` (a tile per block), ``row`` (a
     ``[rows, 1]`` column per block), ``mid`` (a ``[rows, inner]`` tile per block: a middle-axis reduction's
-    width), ``scalar`` (one ``[128, 1]`` column), ``vec`` / ``per`` (a ``[1, cols]`` / ``[P, cols]`` table
-    repeated down the rows). Step kinds: ``alu``, ``act``, ``copy``, ``select``, ``reduce`` (free axis),
+    width), ``red`` (a ``[P, W]`` tile loaded after the loop, next to a leading-axis result), ``scalar`` (one
+    ``[128, 1]`` column), ``vec`` / ``per`` (a ``[1, cols]`` / ``[P, cols]`` table repeated down the rows).
+    Step kinds: ``alu``, ``act``, ``copy``, ``select``, ``reduce`` (free axis),
     ``middle`` (op over the middle axis of each row viewed ``[count, inner]``; operands: the value and
     ``count``), ``mx`` (an MX quantize-dequantize; op: the element format, operands: the value and 0 for
     blocks along a row, 1 for blocks down 32 rows), ``group`` (an int4 quantize-dequantize with an fp32 scale
