@@ -588,15 +588,15 @@ def test_a_per_tensor_scaled_input_of_rows_in_chunks_is_kept_as_loaded(keep: boo
     np.testing.assert_array_equal(scaled, (quantize(x * scale, "fp8_e4m3") / scale).astype(np.float32))
 
 
-def test_an_iota_of_a_row_layout_larger_than_fp32_integers_counts_from_each_tile_modulo_its_period(
+def test_an_iota_of_the_row_layout_is_a_row_or_column_index_whatever_the_space_size(
         monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> None:
-    """A causal mask over many heads: the flat element index passes 2**24 (here a limit of 8000, above the
-    mask's period of 1600 elements plus a tile of 128 rows of 40, below the 9600 elements); each tile's iota
-    starts at its first index modulo the period. The flat layout, whose partitions span the whole space,
-    still needs the space below the limit."""
+    """A causal mask over many heads: the flat element index passes 2**24 (here a limit of 200, below the
+    9600 elements); the mask's row index is each tile's partition (40 rows + 128 below the limit, the second
+    tile starting at row 8 of the mask), its column index the tile's column. The flat layout, whose partitions
+    span the whole space, still needs the space below the limit."""
     from trnsim.compiler.tilegen import build
 
-    monkeypatch.setattr(build, "EXACT_INDEX", 8000)
+    monkeypatch.setattr(build, "EXACT_INDEX", 200)
     tilegen.clear_memo()
     request.addfinalizer(tilegen.clear_memo)
     s = np.random.default_rng(15).standard_normal((2, 3, 40, 40)).astype(np.float32)   # 240 rows: 2 tiles

@@ -26,6 +26,8 @@ from trnsim.compiler.tilegen.recipe import (
     Recipe,
     Ref,
     Step,
+    iota_form,
+    iota_largest,
 )
 from trnsim.ir.graph import Node, Value
 
@@ -289,15 +291,11 @@ class _Builder:
             return ("imm", 0.0)
         stride = prod(target[axis + 1:])
         period = stride * target[axis]
-        # NOTE: the index is periodic in the flat element index e, so a tile starts from its first e modulo the
-        # period (emit.compute): in the row layout its values stay below period + 128 · cols, exact in fp32
-        # whatever the space's size (a causal mask over 32 heads of [2048, 2048]); in the flat layout a
-        # partition's row spans the whole space
-        largest = period + PARTITIONS * self.cols if self.cols else self.n
-        if dtype is None or largest >= EXACT_INDEX:
+        if dtype is None or iota_largest(stride, target[axis], self.cols, self.n) >= EXACT_INDEX:
             return None
         invariant = self.cols > 0 and ((PARTITIONS * self.cols) % period == 0 or self.rows <= PARTITIONS)
-        return self.push(("iota", "", (("imm", float(stride)), ("imm", float(target[axis]))), dtype),
+        form = iota_form(stride, target[axis], self.cols)
+        return self.push(("iota", form, (("imm", float(stride)), ("imm", float(target[axis]))), dtype),
                          "vec" if invariant else "full")
 
     # ---- ops -------------------------------------------------------------------------------------------

@@ -336,12 +336,32 @@ def compute(dsl: Any, kind: str, op: str, args: list[Any], dt: str, shape: tuple
     if kind in _GROUPED:
         return _grouped(dsl, _GROUPED[kind], args[0], op, int(args[1]), dt)
     assert kind == "iota", kind
-    # the index along one axis from the flat element index e: (e mod (stride * size)) div stride, the tile's
-    # first e taken modulo the period (build._iota: the values stay exact in fp32)
-    stride, size = int(args[0]), int(args[1])
-    index = dsl.iota(shape, "int32", base=base % (stride * size), channel_multiplier=multiplier, steps=[1])
-    if stride * size < elements:
-        index = dsl.binary("mod", index, float(stride * size), dtype="int32")
+    return _iota(dsl, op, int(args[0]), int(args[1]), dt, shape, base, multiplier, elements)
+
+
+def _iota(dsl: Any, form: str, stride: int, size: int, dt: str, shape: tuple[int, int], base: int,
+          multiplier: int, elements: int) -> Any:
+    """The index along an axis of ``stride`` and ``size`` elements for a tile whose element ``(p, j)`` has the
+    flat index ``e = base + multiplier * p + j``: ``(e mod (stride * size)) div stride``, computed as
+    ``form`` says (``recipe.iota_form``; VectorE's mod and div run in fp32, exact below 2**24).
+
+    NOTE: the instructions are the same in every tile and for any size of the space, so a sample of the tile
+    loop times like the whole kernel, except for the ``flat`` form's mod (needed when the period is shorter
+    than the space: ``timing`` times such kernels whole)."""
+    period = stride * size
+    if form == "rows":                   # whole rows of ``multiplier`` in the tile: the row index
+        # tiles start at multiples of 128 rows: none crosses the period when 128 divides it
+        rows = period // multiplier
+        index = dsl.iota(shape, "int32", base=(base // multiplier) % rows, channel_multiplier=1, steps=[0])
+        stride, period, wraps = stride // multiplier, rows, rows % PARTITIONS > 0
+    elif form == "cols":                 # rows holding whole periods: the column index
+        index = dsl.iota(shape, "int32", base=0, channel_multiplier=0, steps=[1])
+        wraps = shape[1] > period
+    else:
+        index = dsl.iota(shape, "int32", base=base % period, channel_multiplier=multiplier, steps=[1])
+        wraps = period < elements
+    if wraps:
+        index = dsl.binary("mod", index, float(period), dtype="int32")
     if stride > 1:
         low = dsl.binary("mod", index, float(stride), dtype="int32")
         index = dsl.binary("sub", index, low, dtype="int32")

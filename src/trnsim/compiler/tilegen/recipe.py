@@ -126,6 +126,32 @@ def pieces(nbytes: int, split: int) -> int:
     return max(1, min(split, nbytes // MIN_PIECE))
 
 
+def iota_form(stride: int, size: int, cols: int) -> str:
+    """How ``emit`` indexes an axis of ``stride`` and ``size`` elements in a space with rows of ``cols`` (0:
+    the flat layout, whose partitions span the whole space): ``rows`` (coarser than a row: a tile's
+    partition is the row), ``cols`` (within rows that hold whole periods: the tile's column), else ``flat``
+    (the flat element index, from the tile's first modulo the period)."""
+    if cols and stride % cols == 0:
+        return "rows"
+    if cols and cols % (stride * size) == 0:
+        return "cols"
+    return "flat"
+
+
+def iota_largest(stride: int, size: int, cols: int, elements: int) -> int:
+    """A bound on the integers ``emit`` computes an iota with (``iota_form``): a row index below the period in
+    rows plus a tile of 128, a column index, the flat index below the period plus a tile (row layout) or
+    the space (flat layout). A row index stays small whatever the space's size (a causal mask over 64 heads
+    of [4096, 4096])."""
+    period = stride * size
+    form = iota_form(stride, size, cols)
+    if form == "rows":
+        return period // cols + PARTITIONS
+    if form == "cols":
+        return cols
+    return period + PARTITIONS * cols if cols else elements
+
+
 def input_shapes(recipe: Recipe) -> tuple[tuple[int, int], ...]:
     if recipe.input_shapes:
         return recipe.input_shapes

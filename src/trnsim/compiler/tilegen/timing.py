@@ -59,7 +59,8 @@ def fused_time(target: str, recipe: Recipe, *, sample: bool = True) -> TileTime:
     least = max(SAMPLE_BLOCKS * (2 if recipe.chunk else 1), -(-2 * QUEUES // max(per_tile, 1)), 2 * ahead)
     a = -(-least // period) * period
     small, large = a * per_block, 2 * a * per_block
-    periods = [int(ops[0][1] * ops[1][1]) for kind, _, ops, _ in recipe.steps if kind == "iota"]
+    # an iota of the flat element index has a mod only when its period is shorter than the space (a sample's)
+    periods = [int(ops[0][1] * ops[1][1]) for kind, form, ops, _ in recipe.steps if kind == "iota" and form == "flat"]
     if not sample or blocks <= 2 * a or max(periods, default=0) >= small:
         return _timed(target, recipe)
     from trnsim.compiler.kernel_timing import linear_fit
