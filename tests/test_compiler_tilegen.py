@@ -685,3 +685,22 @@ def test_a_leading_axis_sum_added_to_a_group_input_of_its_shape_loads_it_after_t
     step = next(s.index for s in program.plan.steps if s.ops[-1] == "add")
     recipe = _check_step(program, [x], step, 0.0)
     assert any(kind == "red" for _, kind in recipe.inputs)
+
+
+def test_identities_take_no_instruction_and_signed_zeros_stay_exact() -> None:
+    """``x - 0``, ``x * 1``, ``x / 1``, ``max(x, -inf)``, ``min(x, inf)``, an integer ``+ 0`` and
+    ``select(mask, True, False)`` are their operand; a float ``x + 0`` is not (-0 + 0 = +0)."""
+    x = np.random.default_rng(20).standard_normal((200, 96)).astype(np.float32)
+    x[0, :6] = [-0.0, 0.0, np.inf, -np.inf, np.nan, -1.0]
+    n = np.arange(200 * 96, dtype=np.int32).reshape(200, 96) % 7 - 3
+
+    def f(x: jax.Array, n: jax.Array) -> jax.Array:
+        mask = jnp.where(n + 0 > 0, True, False)
+        same = jnp.minimum(jnp.maximum((x - 0.0) * 1.0 / 1.0, -jnp.inf), jnp.inf)
+        return jnp.where(mask, same, x + 0.0)
+
+    program = _compile(f, x, n)
+    (step,) = program.plan.steps
+    assert step.kernel == "generated_elementwise"
+    recipe = _check_step(program, [x, n], 0, 0.0)
+    assert [s[1] for s in recipe.steps if s[0] == "alu"] == ["gt", "add"]       # the compare and x + 0

@@ -119,6 +119,28 @@ def _along_rows(node: Node) -> bool:
     return node.op == "iota" or (node.op == "reduce" and not _unit_reduce(node))
 
 
+# op → (the immediate that leaves the other operand unchanged, whether it may come first): x - 0, x * 1,
+# x / 1, max(x, -inf), min(x, +inf) exactly (signed zeros and NaNs too); x + 0 only on integers (-0 + 0 = +0)
+_NEUTRAL: dict[str, tuple[float, bool]] = {"subtract": (0.0, False), "multiply": (1.0, True),
+                                           "divide": (1.0, False), "maximum": (float("-inf"), True),
+                                           "minimum": (float("inf"), True)}
+
+
+def _unchanged(op: str, operands: tuple[Ref, ...], dtype: str) -> Ref | None:
+    """The operand an op returns unchanged (an identity a JAX program keeps: a causal mask's ``+ 0`` and
+    ``select(mask, True, False)``, softmax's ``max(m, -inf)``), or None: one VectorE pass a tile fewer."""
+    neutral = _NEUTRAL.get(op) or ((0.0, True) if op == "add" and dtype in ("i32", "i1") else None)
+    if neutral is not None and len(operands) == 2:
+        value, either = neutral
+        if operands[1] == ("imm", value):
+            return operands[0]
+        if either and operands[0] == ("imm", value):
+            return operands[1]
+    if op == "select" and dtype == "i1" and operands[1:] == (("imm", 1.0), ("imm", 0.0)):
+        return operands[0]               # the mask itself (0/1 bytes)
+    return None
+
+
 def _scaling(node: Node) -> str:
     from trnsim.ir.semantics.quant import QDQ_FORMATS
 
@@ -324,6 +346,9 @@ class _Builder:
             return operands[0]
         if not tiles:
             return None
+        same = _unchanged(node.op, operands, out_t.dtype)
+        if same is not None and self.kind(same) != "imm":
+            return same
         if "red" in tiles:
             shapes = {self.red_shape[o] for o in operands if o[0] != "imm"}
             if tiles != {"red"} or len(shapes) != 1 or node.op == "select":
