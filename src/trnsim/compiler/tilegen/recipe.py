@@ -49,21 +49,20 @@ class Recipe:
 
     ``cols == 0``: the flat layout, ``[128, N / 128]`` in column tiles. ``cols > 0``: the row layout,
     ``[N / cols, cols]`` in tiles of 128 rows, each in passes over chunks of ``chunk`` columns when ``chunk > 0``
-    (rows longer than ``MAX_ROW``; ``chunked``). Input kinds: ``full`` (a tile per block), ``row`` (a
-    ``[rows, 1]`` column per block), ``mid`` (a ``[rows, inner]`` tile per block: a middle-axis reduction's
-    width), ``red`` (a ``[P, W]`` tile loaded after the loop, next to a leading-axis result), ``scalar`` (one
-    ``[128, 1]`` column), ``vec`` / ``per`` (a ``[1, cols]`` / ``[P, cols]`` table repeated down the rows).
-    Step kinds: ``alu``, ``act``, ``copy``, ``select``, ``reduce`` (free axis),
-    ``middle`` (op over the middle axis of each row viewed ``[count, inner]``; operands: the value and
-    ``count``), ``mx`` (an MX quantize-dequantize; op: the element format, operands: the value and 0 for
-    blocks along a row, 1 for blocks down 32 rows), ``group`` (an int4 quantize-dequantize with an fp32 scale
-    per 32 elements, operands as ``mx``), ``scaled`` (a per-tensor scaled quantize-dequantize, op: the
-    element format; phase ``late``), ``const`` (a memset tile), ``iota`` (operands: the axis's stride and size
-    in elements), ``lead`` (operands: the value and ``P``; the ``[P, W]`` leading-axis reduction: sums on
-    TensorE, maxima and minima in a running VectorE tile). ``phases`` says when each step runs: ``pre`` (once,
-    before the tile loop), ``block``, ``post`` (once, after it), ``late`` (per tile again, after it). Output
-    kinds: ``full``, ``row``, ``mid``, ``sc`` (a scalar, or a vector of one repeated scalar, from a column),
-    ``red`` (a leading-axis result)."""
+    (rows longer than ``MAX_ROW``; ``chunked``). Input kinds: ``full`` (a tile per block), ``row`` (a ``[rows, 1]``
+    column per block), ``mid`` (a ``[rows, inner]`` tile per block: a middle-axis reduction's width), ``red`` (a
+    ``[P, W]`` tile loaded after the loop, next to a leading-axis result), ``scalar`` (one ``[128, 1]`` column),
+    ``vec`` / ``per`` (a ``[1, cols]`` / ``[P, cols]`` table repeated down the rows). Step kinds: ``alu``, ``act``,
+    ``copy``, ``select``, ``reduce`` (free axis), ``middle`` (op over the middle axis of each row viewed
+    ``[count, inner]``; operands: the value and ``count``), ``mx`` (an MX quantize-dequantize; op: the element
+    format, operands: the value and 0 for blocks along a row, 1 for blocks down 32 rows), ``group`` (an int4
+    quantize-dequantize with an fp32 scale per 32 elements, operands as ``mx``), ``scaled`` (a per-tensor scaled
+    quantize-dequantize, op: the element format; phase ``late``), ``const`` (a memset tile), ``iota`` (op: its
+    ``iota_form``; operands: the axis's stride and size in elements), ``lead`` (operands: the value and ``P``; the
+    ``[P, W]`` leading-axis reduction: sums on TensorE, maxima and minima in a running VectorE tile). ``phases``
+    says when each step runs: ``pre`` (once, before the tile loop), ``block``, ``post`` (once, after it), ``late``
+    (per tile again, after it). Output kinds: ``full``, ``row``, ``mid``, ``sc`` (a scalar, or a vector of one
+    repeated scalar, from a column), ``red`` (a leading-axis result)."""
 
     elements: int
     inputs: tuple[tuple[str, str], ...]                         # (DSL dtype, kind)
