@@ -704,3 +704,32 @@ def test_identities_take_no_instruction_and_signed_zeros_stay_exact() -> None:
     assert step.kernel == "generated_elementwise"
     recipe = _check_step(program, [x, n], 0, 0.0)
     assert [s[1] for s in recipe.steps if s[0] == "alu"] == ["gt", "add"]       # the compare and x + 0
+
+
+@pytest.mark.parametrize("name", ["softmax", "logsumexp", "causal"])
+def test_a_subtracted_column_and_a_sum_fold_into_the_activation_bit_for_bit(
+        name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``exp(x - m)`` is one ScalarE activation with the bias ``-m`` and its sum along the rows accumulated:
+    the same fp32 values as the three separate instructions (compared bit for bit on the simulator)."""
+    from trnsim.compiler.tilegen import build
+
+    x = (np.random.default_rng(21).standard_normal((2, 100, 96)) * 4.0).astype(np.float32)
+    fns = {
+        "softmax": lambda x: jax.nn.softmax(x, axis=-1),
+        "logsumexp": lambda x: jnp.log(jnp.sum(jnp.exp(x - x.max(-1, keepdims=True)), -1)) + x.max(-1),
+        "causal": lambda x: jax.nn.softmax(jnp.where(jnp.arange(96)[None, :] <= jnp.arange(100)[:, None], x,
+                                                     -jnp.inf), axis=-1),
+    }
+    program = _compile(fns[name], x)
+    step = next(s.index for s in program.plan.steps if s.kernel == "generated_elementwise")
+    fused = _check_step(program, [x], step, 2e-6)
+    kinds = [s[0] for s in fused.steps]
+    assert "actsum" in kinds and "summed" in kinds and ("act", "neg") in [s[:2] for s in fused.steps]
+    monkeypatch.setattr(build._Builder, "fuse_activations", lambda self, stored: None)  # pyright: ignore
+    separate = _check_step(program, [x], step, 2e-6)
+    assert "actsum" not in [s[0] for s in separate.steps]
+    args = [x.reshape(tilegen.input_shapes(fused)[0])]
+    a = trnsim.run_kernel(tilegen.kernel(), *args, recipe=fused).outputs
+    b = trnsim.run_kernel(tilegen.kernel(), *args, recipe=separate).outputs
+    for u, v in zip(a, b, strict=True):
+        np.testing.assert_array_equal(u, v)

@@ -570,6 +570,35 @@ class _Builder:
         self.refs[v.id] = ref
         return True
 
+    def fuse_activations(self, stored: set[int]) -> None:
+        """Fold into a ScalarE activation what its instruction does anyway: a column subtracted first
+        (``exp(x - m)``: the bias ``-m``, a ``[rows, 1]`` negation instead of a pass over the tile) and a sum
+        of its result along the rows (the fused accumulate, ``actsum`` / ``summed`` steps) — a softmax's
+        three passes in one. Only in fp32, where the fused forms round as the separate ones do: ``x + (-m)``
+        is ``x - m``, and the accumulate sums the fp32 results the reduce would read back."""
+        readers: dict[int, list[int]] = {}
+        for k, (_, _, operands, _) in enumerate(self.steps):
+            for r in operands:
+                if r[0] == "tmp":
+                    readers.setdefault(r[1], []).append(k)
+        kept = stored | {r[1] for r in self.kept if r[0] == "tmp"}
+        for k, (kind, op, operands, dt) in enumerate(self.steps):
+            if kind != "act" or self.phases[k] != "block" or dt != "fp32":
+                continue
+            (x,) = operands
+            if x[0] == "tmp" and readers.get(x[1]) == [k] and x[1] not in kept and self.phases[x[1]] == "block":
+                skind, sop, (a, *rest), sdt = self.steps[x[1]]
+                c = rest[0] if rest else ("imm", 0.0)
+                if (skind, sop, sdt) == ("alu", "sub", "fp32") and self.kind(a) == "full" and \
+                        c[0] != "imm" and self.kind(c) in ("col", "sc"):
+                    self.steps[x[1]] = ("act", "neg", (c,), "fp32")         # the bias: a column, negated
+                    operands = (a, ("tmp", x[1]))
+            sums = [r for r in readers.get(k, ()) if self.steps[r][:3] == ("reduce", "add", (("tmp", k),)) and
+                    self.phases[r] == "block"]
+            if sums:
+                self.steps[sums[0]] = ("summed", "add", (("tmp", k),), self.steps[sums[0]][3])
+            self.steps[k] = ("actsum" if sums else "act", op, operands, dt)
+
     def store(self, v: Value) -> tuple[Ref, str, str, tuple[int, int]] | None:
         """(ref, dtype, output kind, HBM shape) for an output of the group."""
         if v.type.dtype not in DSL_DTYPE:
@@ -641,6 +670,8 @@ def lowered(nodes: list[Node], external: list[Value], outputs: list[Value]) -> t
     if chunk and (any(s[0] in ("iota", "lead", "middle") for s in b.steps) or any(k == "per" for _, k in b.inputs)):
         return None                      # rows in chunks: no index arithmetic, leading- or middle-axis reductions
     done = [s for s in stores if s is not None]
+    if not chunk:
+        b.fuse_activations({r[1] for r, *_ in done if r[0] == "tmp"})
     recipe = Recipe(n, tuple(b.inputs), tuple(b.steps), tuple((s[0], s[1]) for s in done), cols,
                     tuple(s[2] for s in done), tuple(b.phases), tuple(b.input_shapes), tuple(s[3] for s in done),
                     chunk)

@@ -78,6 +78,7 @@ def _kernel() -> Any:
         pre: dict[int, Tensor] = {}
         post: dict[int, Tensor] = {}
         selections: dict[tuple[int, str], Tensor] = {}
+        sums: dict[int, Tensor] = {}                      # actsum step → its fused sum, until its summed step
         accumulators: dict[int, list[Tensor]] = {}
 
         def selection(period: int, dt: str, base: int, k: int) -> Tensor:
@@ -213,8 +214,17 @@ def _kernel() -> Any:
                         dsl.matmul(acc[c], s, x[:, c0:c1], accumulate=i > 0)
                     continue
                 shape = (bw, width) if row_layout else (PARTITIONS, bw)
-                tmps[index] = compute(dsl, kind, op, args, dt, shape, b0 * cols if row_layout else b0, cols,
-                                       recipe.elements)
+                if kind == "actsum":                # an activation with its sum along the rows, fused
+                    bias = args[1] if len(args) > 1 else None
+                    tmps[index], sums[index] = dsl.activation_reduce(op, args[0], bias=bias, dtype=dt)
+                elif kind == "summed":
+                    total = sums.pop(operands[0][1])
+                    tmps[index] = total if dt == "fp32" else dsl.copy(total, dtype=dt)
+                    if dt != "fp32":
+                        dsl.release(total)
+                else:
+                    tmps[index] = compute(dsl, kind, op, args, dt, shape, b0 * cols if row_layout else b0, cols,
+                                          recipe.elements)
                 # free the intermediates this step read for the last time: the working set stays small
                 dead = [tmps.pop(j) for j in last_read.get(index, ()) if j in tmps]
                 if dead:
@@ -322,7 +332,7 @@ def compute(dsl: Any, kind: str, op: str, args: list[Any], dt: str, shape: tuple
     if kind == "alu":
         return dsl.binary(op, args[0], args[1], dtype=dt)
     if kind == "act":
-        return dsl.activation(op, args[0], dtype=dt)
+        return dsl.activation(op, args[0], bias=args[1] if len(args) > 1 else None, dtype=dt)
     if kind == "copy":
         return dsl.copy(args[0], dtype=dt)
     if kind == "reduce":
