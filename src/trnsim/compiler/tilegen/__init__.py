@@ -6,8 +6,11 @@ the group's largest tensor, laid out either *flat* (``[128 partitions, N / 128]`
 ``TILE_COLS``, for pure elementwise groups) or in *rows* (``[N / cols, cols]`` in tiles of 128 rows, whole
 rows in the free dimension, for groups that reduce or broadcast). Each tile is loaded, every op applied in
 SBUF (scalar constants as instruction immediates, ``tensor_scalar``) and the group's outputs stored —
-intermediates never leave SBUF. The kernel is traced once per *recipe* (op sequence, sizes, dtypes) and
-timed in timing-only mode; the compiler uses that time for the step.
+intermediates never leave SBUF. Identities (``x * 1``, ``max(x, -inf)``, …) take no instruction, and a
+ScalarE activation absorbs a column subtracted before it (its bias) and a sum of its result along the rows
+(its accumulate). Loads run ahead of the compute, in pieces, to keep about 16 DMAs in flight
+(``recipe.pipeline``). The kernel is traced once per *recipe* (op sequence, sizes, dtypes) and timed in
+timing-only mode; the compiler uses that time for the step.
 
 Values that are not the iteration space's size are *materialised* where they are broadcast into it:
 
