@@ -373,7 +373,7 @@ def _cross_entropy_grad(x, y):  # type: ignore[no-untyped-def]
 
 
 @pytest.mark.parametrize("name", ["log_softmax", "softmax", "logsumexp", "cross_entropy_grad", "rmsnorm",
-                                  "temperature"])
+                                  "temperature", "jax_logsumexp"])
 @pytest.mark.parametrize("keep", [True, False])
 def test_rows_longer_than_max_row_pass_over_column_chunks_and_compute_the_group(
         name: str, keep: bool, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> None:
@@ -395,6 +395,7 @@ def test_rows_longer_than_max_row_pass_over_column_chunks_and_compute_the_group(
         "cross_entropy_grad": (_cross_entropy_grad, [x, y]),
         "rmsnorm": (lambda x, s: x * jax.lax.rsqrt(jnp.mean(x * x, -1, keepdims=True) + 1e-5) * s, [x, scale]),
         "temperature": (lambda x, t: jax.nn.softmax(x / t, -1), [x, np.asarray(0.7, np.float32)]),  # a scalar input
+        "jax_logsumexp": (lambda x: jax.nn.logsumexp(x, -1), [x]),     # a select of columns with a constant
     }
     fn, args = cases[name]
     program = _compile(fn, *args)
@@ -733,3 +734,13 @@ def test_a_subtracted_column_and_a_sum_fold_into_the_activation_bit_for_bit(
     b = trnsim.run_kernel(tilegen.kernel(), *args, recipe=separate).outputs
     for u, v in zip(a, b, strict=True):
         np.testing.assert_array_equal(u, v)
+
+
+def test_is_finite_is_a_magnitude_below_infinity_and_jax_logsumexp_is_generated() -> None:
+    x = (np.random.default_rng(22).standard_normal((200, 96)) * 4.0).astype(np.float32)
+    x[0, :3] = [np.inf, -np.inf, np.nan]
+    x[1, :] = -np.inf                                    # a row of -inf: its max is not finite
+    program = _compile(lambda x: (jax.nn.logsumexp(x, axis=-1), jnp.isfinite(x)), x)
+    assert all(s.kernel != "fused_elementwise" for s in program.plan.steps)
+    for step in (s.index for s in program.plan.steps if s.kernel == "generated_elementwise"):
+        _check_step(program, [x], step, 2e-6)

@@ -202,11 +202,13 @@ class _Builder:
         self.memo[key] = ref
         return ref
 
-    def const(self, value: float, dtype: str) -> Ref:
-        key = ("const", value, dtype)
+    def const(self, value: float, dtype: str, column: bool = False) -> Ref:
+        """A constant tile made once before the loop: as wide as a block, or a ``[rows, 1]`` column."""
+        key = ("const", value, dtype, column)
         ref = self.memo.get(key)
         if ref is None:
-            ref = self.memo[key] = self.push(("const", "", (("imm", value),), dtype), "vec")
+            ref = self.push(("const", "col" if column else "", (("imm", value),), dtype), "sc" if column else "vec")
+            self.memo[key] = ref
         return ref
 
     # ---- materialising values into the iteration space ---------------------------------------------
@@ -375,9 +377,10 @@ class _Builder:
         elif node.op == "select":
             if kinds[0] == "imm" or (any(k in ("col", "sc") for k in kinds) and result in ("full", "vec", "mid")):
                 return None
-            if result in ("col", "sc", "mid") and "imm" in kinds:
+            if result == "mid" and "imm" in kinds:
                 return None
-            picked = tuple(self.const(o[1], dt) if o[0] == "imm" else o for o in operands[1:])
+            column = result in ("col", "sc")
+            picked = tuple(self.const(o[1], dt, column) if o[0] == "imm" else o for o in operands[1:])
             step = ("select", "select", (operands[0], *picked), dt)
         elif node.op == "qdq" and _scaling(node) == "tensor":
             # NOTE: per-tensor scaling needs the amax of the whole tensor before any element: the step runs
@@ -403,6 +406,12 @@ class _Builder:
             if result == "red":
                 self.red_shape[lo] = self.red_shape[operands[1]]
             step = ("alu", "min", (lo, operands[2]), dt)
+        elif node.op == "is_finite":
+            # |x| < inf: false for ±inf and for NaN (every comparison with NaN is false)
+            magnitude = self.push(("act", "abs", operands, "fp32"), result)
+            if result == "red":
+                self.red_shape[magnitude] = self.red_shape[operands[0]]
+            step = ("alu", "lt", (magnitude, ("imm", float("inf"))), dt)
         else:
             return None
         if sum(k in ("col", "sc") for k in kinds) and result in ("full", "vec", "mid") and step[0] == "alu" and \

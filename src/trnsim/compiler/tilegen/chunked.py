@@ -54,10 +54,11 @@ def passes(recipe: Recipe) -> tuple[list[int], list[bool]]:
             return 0
         return stage[r[1]] + (recipe.steps[r[1]][0] == "reduce")
 
-    for kind, _, operands, _ in recipe.steps:
+    for kind, op, operands, _ in recipe.steps:
         refs = [r for r in operands if r[0] != "imm"]
         stage.append(max((ready(r) for r in refs), default=0))
-        column.append(kind == "reduce" or (kind in _ELEMENTWISE and all(is_column(r) for r in refs)))
+        column.append(kind == "reduce" or (kind, op) == ("const", "col") or
+                      (kind in _ELEMENTWISE and all(is_column(r) for r in refs)))
     return stage, column
 
 
@@ -180,7 +181,8 @@ def emit(dsl: Any, ins: list[Any], recipe: Recipe) -> tuple[Any, ...]:
                     return columns[value][:rw, c0:c0 + cw]
                 return loaded[(t, -1, value, -1) if form == "row" else key(t, c, value, s)]
             if phases[value] == "pre":
-                return pre[value][:rw, c0:c0 + cw]
+                made_once = pre[value]
+                return made_once[:rw] if column[value] else made_once[:rw, c0:c0 + cw]
             return values[value] if column[value] else made[value]
 
         for s in range(last + 1):

@@ -342,7 +342,7 @@ def compute(dsl: Any, kind: str, op: str, args: list[Any], dt: str, shape: tuple
     if kind == "select":
         return dsl.where(args[0], args[1], args[2], dtype=dt)
     if kind == "const":
-        return dsl.full(shape, args[0], dt)
+        return dsl.full((shape[0], 1) if op == "col" else shape, args[0], dt)
     if kind in _GROUPED:
         return _grouped(dsl, _GROUPED[kind], args[0], op, int(args[1]), dt)
     assert kind == "iota", kind
