@@ -418,6 +418,9 @@ def test_rows_longer_than_max_row_at_full_size_fit_in_sbuf_and_compute_the_group
     assert step.kernel == "generated_elementwise"
     recipe = _check_step(program, [x], 0, 2e-5)
     assert recipe.chunk == tilegen.recipe.MAX_ROW
+    # the input (36 KiB a row) is kept for its tile: 3 chunk loads and 3 chunk stores a tile; those of the
+    # 128-row tile (2 MiB, 413 KB) go as 4 DMAs of 32 partitions, those of the 2-row tile whole
+    assert tilegen.fused_time("trn3", recipe).by_engine["dma"] == 2 * 3 * 4 + 2 * 3
 
 
 @pytest.mark.parametrize("fmt", ["int4", "mxfp6"])
