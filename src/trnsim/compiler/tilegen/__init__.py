@@ -49,9 +49,11 @@ source larger than ``KEEP_BYTES`` falls back. Rows longer than ``MAX_ROW`` (a so
 run in column chunks (``chunked``): a reduction along them accumulates chunk by chunk into a column, and the
 ops that read it run in a later pass over the tile's chunks, remaking the elementwise values they need. Groups
 that fit none of this (reductions over two separate blocks of axes, a middle-axis reduction next to other ops
-along rows or with rows over ``MAX_ROW``, leading-axis maxima whose period does not divide 128, MX blocks or
-int4 groups that do not tile the quantized axis; with rows in chunks also iotas and leading-axis reductions)
-keep the analytic cost of ``costs.fused_cost``.
+along rows or with rows over ``MAX_ROW``, leading-axis sums over more than 4096 columns (a 70B model's 8192)
+or a period over 128 rows, leading-axis maxima whose period does not divide 128, iotas of a flat layout of
+2**24 elements or more, MX blocks or int4 groups that do not tile the quantized axis, ops without an
+instruction; with rows in chunks also iotas and leading-axis reductions) keep the analytic cost of
+``costs.fused_cost``; so do kernels whose working set does not fit in SBUF.
 """
 
 from __future__ import annotations
