@@ -133,6 +133,12 @@ def _sb(dtype: str, parts: int, free: int, offset: int = 0, stride: int = 1) -> 
      100 + 2 * 256 * 128 / 256),  # two inputs: 2N
     ("vector", TensorCopy(_sb("fp32", 128, 64, 8192), _sb("fp32", 128, 64, stride=4)), 100 + 64 * 128 / 256),
     ("vector", TensorCopy(_sb("fp32", 128, 64, 8192), _sb("fp32", 128, 64, stride=8)), 100 + 2 * 64 * 128 / 256),
+    # a contiguous [P, 4, 128] view is one run: no penalty for its outer 512-byte stride
+    ("vector", TensorCopy(_sb("fp32", 128, 512, 8192), AccessPattern("sbuf", "fp32", 0, 128, ((128, 4), (1, 128)))),
+     100 + 512 * 128 / 256),
+    # runs of 2 fp32 (8 B) with 256-byte jumps between them: penalised
+    ("vector", TensorCopy(_sb("fp32", 128, 128, 8192), AccessPattern("sbuf", "fp32", 0, 128, ((64, 64), (1, 2)))),
+     100 + 2 * 128 * 128 / 256),
     ("scalar", Activation(_sb("bf16", 128, 512, 8192), _sb("bf16", 128, 512), "exp"), 100 + 512 * 128 / 256),
     ("scalar", Activation(_sb("fp32", 128, 512, 8192), _sb("fp32", 128, 512), "exp",
                           accumulate=_sb("fp32", 128, 1, 16384)), 100 + 512 * 128 / 128 + 64),

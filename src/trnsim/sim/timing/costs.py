@@ -228,8 +228,24 @@ EXTRA_CYCLES: dict[type[Instruction], Callable[[Any], int]] = {
 
 
 def _strided(ap: AccessPattern) -> bool:
-    return any(count > 1 and abs(stride) * DTYPES[ap.dtype].itemsize > STRIDE_PENALTY_BYTES
-               for stride, count in ap.free)
+    """The engine reads ``ap`` at a stride above ``STRIDE_PENALTY_BYTES``: its innermost dimension that moves
+    (dimensions that continue each other merged, so a contiguous [P, 4, 512] view is one run) steps over
+    more bytes than that, or its contiguous runs are shorter than that and an outer dimension jumps."""
+    size = DTYPES[ap.dtype].itemsize
+    dims = [(stride, count) for stride, count in ap.free if count > 1]
+    merged: list[tuple[int, int]] = []
+    for stride, count in reversed(dims):  # innermost first
+        if merged and stride == merged[-1][0] * merged[-1][1] and merged[-1][0] == 1:
+            merged[-1] = (1, merged[-1][1] * count)
+        else:
+            merged.append((stride, count))
+    if not merged:
+        return False
+    inner_stride, inner_count = merged[0]
+    if abs(inner_stride) * size > STRIDE_PENALTY_BYTES:
+        return True
+    run = inner_count * size if inner_stride == 1 else size
+    return run < STRIDE_PENALTY_BYTES and any(abs(st) * size > STRIDE_PENALTY_BYTES for st, _ in merged[1:])
 
 
 def engine_cost(ins: Instruction, engine: str, eng: EngineSpec) -> EngineCost:
