@@ -630,9 +630,12 @@ def test_small_blocks_are_loaded_further_ahead_and_large_ones_in_pieces(monkeypa
     program = _compile(lambda x: jax.nn.softmax(x, -1), x)                             # blocks of 1 MiB
     large = _recipe(program)
     assert small is not None and large is not None
-    assert pipeline(small) == (16, 1) and pipeline(large) == (8, 2)
-    recipe = _check_step(program, [x], 0, 2e-6)                 # each block loaded and stored in 2 pieces
-    assert tilegen.fused_time("trn3", recipe).by_engine["dma"] == 4 * 2 * 2
+    # the softmax has 4 blocks: all of them ahead, each DMA in 4 pieces (16 loads in flight)
+    assert pipeline(small) == (16, 1) and pipeline(large) == (4, 4)
+    recipe = _check_step(program, [x], 0, 2e-6)                 # each block loaded and stored in 4 pieces
+    assert tilegen.fused_time("trn3", recipe).by_engine["dma"] == 4 * 2 * 4
+    one = _recipe(_compile(lambda x: x * 2.0, np.ones((128, 512), jnp.float32)))      # one block of 256 KiB
+    assert one is not None and pipeline(one) == (1, 4)
     # against PREFETCH blocks ahead in one DMA each: the queues' bound is 4 MiB / 528 GB/s + 2 us = 10 us
     piped = tilegen.fused_time("trn3", small).seconds
     monkeypatch.setattr(emit, "pipeline", lambda recipe: (PREFETCH, 1))
