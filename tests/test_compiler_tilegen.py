@@ -750,3 +750,16 @@ def test_is_finite_is_a_magnitude_below_infinity_and_jax_logsumexp_is_generated(
     assert all(s.kernel != "fused_elementwise" for s in program.plan.steps)
     for step in (s.index for s in program.plan.steps if s.kernel == "generated_elementwise"):
         _check_step(program, [x], step, 2e-6)
+
+
+@pytest.mark.parametrize("shape", [(32, 10), (3, 3, 3, 16), (10,), (1000, 3)])
+def test_elementwise_groups_of_a_size_128_does_not_divide_run_in_rows(shape: tuple[int, ...]) -> None:
+    """An SGD update of a small weight: too few elements (or a count 128 does not divide) for the flat layout,
+    so the rows of its shape; checked on the simulator."""
+    rng = np.random.default_rng(21)
+    w, g = (rng.standard_normal(shape).astype(np.float32) for _ in range(2))
+    program = _compile(lambda w, g: w - 0.1 * g, w, g)
+    (step,) = program.plan.steps
+    assert step.kernel == "generated_elementwise"
+    recipe = _check_step(program, [w, g], 0, 2e-7)
+    assert recipe.cols == shape[-1]

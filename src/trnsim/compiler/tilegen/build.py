@@ -99,7 +99,12 @@ def _layout(nodes: list[Node], n: int) -> tuple[int, tuple[int, ...]] | None:
         elif node.op == "qdq" and _scaling(node) in ("block", "group"):
             rows_needed = True           # MX blocks and int4 groups run along a row or down 32 rows
     if not rows_needed:
-        return (0, full[0].type.shape) if n >= PARTITIONS and n % PARTITIONS == 0 else None
+        if n >= PARTITIONS and n % PARTITIONS == 0:
+            return 0, full[0].type.shape
+        # too few elements, or a count 128 does not divide, for the flat layout: the rows of a full value (any
+        # will do: elementwise ops see one row-major order), e.g. an SGD update of a [32, 10] weight
+        shape = full[0].type.shape
+        return (shape[-1], shape) if shape[-1] <= MAX_ROW else None
     # NOTE: elementwise ops see the same row-major order whatever a full value's shape; only the ops that
     # work along rows (reductions, broadcasts, iotas, MX blocks) need their values' rows to be the space's
     along = [v for nd in nodes if _along_rows(nd) for v in (*nd.inputs, *nd.outputs) if v.type.size == n]
@@ -266,7 +271,8 @@ class _Builder:
         if node.op == "reshape" or (node.op == "reduce" and _unit_reduce(node)):
             u = node.inputs[0]
             if u.type.size == self.n and dims == tuple(range(v.type.rank)) and \
-                    (not self.cols or u.type.shape[-1] == v.type.shape[-1] or not self.along_rows(u)):
+                    (not self.cols or (u.type.rank and v.type.rank and u.type.shape[-1] == v.type.shape[-1])
+                     or not self.along_rows(u)):
                 return self.value(u, u.type.shape, tuple(range(u.type.rank)))   # same element order
             if [u.type.shape[i] for i in _nonunit(u.type.shape)] != [v.type.shape[i] for i in _nonunit(v.type.shape)]:
                 return None
