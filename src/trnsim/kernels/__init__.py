@@ -11,6 +11,8 @@ from trnsim.kernels.attention import flash_attention as flash_attention
 from trnsim.kernels.attention import flash_attention_backward as flash_attention_backward
 from trnsim.kernels.attention import flash_attention_backward_kernel as flash_attention_backward_kernel
 from trnsim.kernels.attention import flash_attention_kernel as flash_attention_kernel
+from trnsim.kernels.conv import conv2d as conv2d
+from trnsim.kernels.conv import conv_kernel as conv_kernel
 from trnsim.kernels.embeddings import embedding as embedding
 from trnsim.kernels.embeddings import embedding_backward as embedding_backward
 from trnsim.kernels.embeddings import embedding_backward_kernel as embedding_backward_kernel

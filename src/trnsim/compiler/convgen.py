@@ -1,0 +1,156 @@
+"""Convolution steps: a StableHLO ``convolution`` lowered to the library's ``conv_kernel``.
+
+A 2-D convolution (4-D operands) with one feature group and one batch group, no window reversal (JAX emits
+a separate ``reverse``), fp32 or bf16 operands of one type and an fp32/bf16 result runs as
+``trnsim.kernels.conv.conv_kernel`` in whatever layout its ``dimension_numbers`` give: the forward
+convolution and both gradients JAX emits (the input gradient with ``lhs_dilation`` and the kernel's
+``I``/``O`` swapped, the weight gradient with batch and feature swapped). Its time is the kernel's, timed
+by the instruction-level model (timing-only); every other convolution keeps the analytic cost (``costs``).
+
+The kernel's work is a loop over its (canonical) batch, each image the same units (for the pixel-contracting
+mapping, each block of 128 batch members the same work): a kernel of more than ``2 · SAMPLE_IMAGES`` such
+units is timed on ``SAMPLE_IMAGES`` and twice as many and extrapolated linearly (``kernel_timing.linear_fit``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+from trnsim.compiler.costs import RATE_NAME, StepCost
+from trnsim.ir.graph import Node
+
+DSL_DTYPE = {"f32": "fp32", "bf16": "bf16"}
+SAMPLE_IMAGES = 4
+PARTITIONS = 128
+
+
+@dataclass(frozen=True)
+class Conv:
+    """A convolution as ``conv_kernel``'s arguments: operand shapes as given, where the canonical axes are
+    (``x_axes``: N, H, W, Ci; ``w_axes``: KH, KW, Ci, Co; ``out_axes``: N, OH, OW, Co) and the window."""
+
+    x_shape: tuple[int, ...]
+    w_shape: tuple[int, ...]
+    dtype: str
+    out_dtype: str
+    x_axes: tuple[int, ...]
+    w_axes: tuple[int, ...]
+    out_axes: tuple[int, ...]
+    stride: tuple[int, int]
+    padding: tuple[tuple[int, int], tuple[int, int]]
+    lhs_dilation: tuple[int, int]
+    rhs_dilation: tuple[int, int]
+
+    @property
+    def images(self) -> int:
+        return self.x_shape[self.x_axes[0]]
+
+    def with_images(self, n: int) -> Conv:
+        shape = list(self.x_shape)
+        shape[self.x_axes[0]] = n
+        return Conv(tuple(shape), self.w_shape, self.dtype, self.out_dtype, self.x_axes, self.w_axes,
+                    self.out_axes, self.stride, self.padding, self.lhs_dilation, self.rhs_dilation)
+
+
+def conv_for(node: Node) -> Conv | None:
+    """The kernel arguments of ``node`` if ``conv_kernel`` computes it (module docstring); else None."""
+    if node.op != "convolution" or len(node.inputs) != 2:
+        return None
+    x, w = node.inputs
+    a = node.attrs
+    dtype, out_dtype = DSL_DTYPE.get(x.type.dtype), DSL_DTYPE.get(node.out.type.dtype)
+    if (dtype is None or out_dtype is None or w.type.dtype != x.type.dtype or len(x.type.shape) != 4
+            or a.get("feature_group_count", 1) != 1 or a.get("batch_group_count", 1) != 1
+            or any(a.get("window_reversal") or ()) or "operand_format" in a):
+        return None
+    d = a["dimension_numbers"]
+    spatial = (d["input_spatial_dimensions"], d["kernel_spatial_dimensions"], d["output_spatial_dimensions"])
+    if any(len(s) != 2 for s in spatial):
+        return None
+    x_axes = (d["input_batch_dimension"], *spatial[0], d["input_feature_dimension"])
+    w_axes = (*spatial[1], d["kernel_input_feature_dimension"], d["kernel_output_feature_dimension"])
+    out_axes = (d["output_batch_dimension"], *spatial[2], d["output_feature_dimension"])
+    pads = a.get("padding")
+    padding = ((0, 0), (0, 0)) if pads is None else tuple((int(lo), int(hi)) for lo, hi in pads)
+
+    def pair(key: str) -> tuple[int, int]:
+        lo, hi = a.get(key) or (1, 1)
+        return int(lo), int(hi)
+
+    (pt, pb), (pl, pr) = padding
+    return Conv(tuple(x.type.shape), tuple(w.type.shape), dtype, out_dtype, x_axes, w_axes, out_axes,
+                pair("window_strides"), ((pt, pb), (pl, pr)), pair("lhs_dilation"), pair("rhs_dilation"))
+
+
+@dataclass(frozen=True)
+class ConvTime:
+    seconds: float
+    busy: dict[str, float]
+    instructions: int
+    by_engine: dict[str, int]
+    hbm_bytes: int
+
+
+def conv_time(target: str, conv: Conv) -> ConvTime:
+    """The kernel's time (timing-only), sampled over the batch when it is large (module docstring)."""
+    from trnsim.kernels.conv import Geometry
+
+    n, h, w, ci = (conv.x_shape[a] for a in conv.x_axes)
+    kh, kw, _, co = (conv.w_shape[a] for a in conv.w_axes)
+    g = Geometry(n, h, w, ci, kh, kw, co, conv.stride, conv.padding, conv.lhs_dilation, conv.rhs_dilation)
+    unit = PARTITIONS if g.pixel_mode else 1          # pixel_contract repeats per 128 batch members
+    small = SAMPLE_IMAGES * unit
+    if n <= 2 * small:  # n: the canonical batch
+        return _timed(target, conv)
+    from trnsim.compiler.kernel_timing import linear_fit
+
+    a = _timed(target, conv.with_images(small))
+    b = _timed(target, conv.with_images(2 * small))
+    fit = linear_fit(small, 2 * small, n)
+    return ConvTime(fit(a.seconds, b.seconds), {e: fit(a.busy.get(e, 0.0), t) for e, t in b.busy.items()},
+                    round(fit(a.instructions, b.instructions)),
+                    {e: round(fit(a.by_engine.get(e, 0), k)) for e, k in b.by_engine.items()},
+                    round(fit(a.hbm_bytes, b.hbm_bytes)))
+
+
+@lru_cache(maxsize=256)
+def _timed(target: str, conv: Conv) -> ConvTime:
+    import trnsim
+    from trnsim.compiler.kernel_timing import engine_counts
+    from trnsim.kernels.conv import conv_kernel
+    from trnsim.sim.profile import Profile
+
+    args: list[Any] = [trnsim.TensorSpec(conv.x_shape, conv.dtype), trnsim.TensorSpec(conv.w_shape, conv.dtype)]
+    result = trnsim.run_kernel(conv_kernel, *args, target=target, timing=True, stride=conv.stride, padding=conv.padding,
+                               lhs_dilation=conv.lhs_dilation, rhs_dilation=conv.rhs_dilation,
+                               x_axes=conv.x_axes, w_axes=conv.w_axes, out_axes=conv.out_axes,
+                               out_dtype=conv.out_dtype)
+    profile = result.profile
+    assert isinstance(profile, Profile)
+    busy = {e: t for e, t in profile.engine_busy.items() if e in ("tensor", "vector", "scalar", "gpsimd") and t > 0}
+    return ConvTime(profile.total_seconds, busy, profile.instructions, engine_counts(profile), profile.hbm_bytes)
+
+
+def conv_cost(node: Node, timed: ConvTime, cost: StepCost) -> None:
+    """A convolution step's cost from its kernel's timed run: engines, instructions, HBM traffic, FLOPs."""
+    w = node.inputs[1].type
+    d = node.attrs["dimension_numbers"]
+    per_output = math.prod(s for i, s in enumerate(w.shape) if i != d["kernel_output_feature_dimension"])
+    cost.flops += 2.0 * node.out.type.size * per_output
+    cost.operand_dtype = RATE_NAME.get(node.inputs[0].type.dtype, node.inputs[0].type.dtype)
+    cost.busy, cost.instructions = dict(timed.busy), dict(timed.by_engine)
+    cost.min_seconds = timed.seconds
+    cost.dma_bytes = timed.hbm_bytes
+
+
+def clear_memo() -> None:
+    """Forget every timed convolution kernel and its trace."""
+    from trnsim.kernels.conv import conv_kernel
+
+    _timed.cache_clear()
+    cache = getattr(conv_kernel, "_cache", None)
+    if isinstance(cache, dict):
+        cache.clear()

@@ -1,0 +1,152 @@
+"""The convolution kernel against ``jax.lax.conv_general_dilated``: random shapes, strides, paddings (negative
+ones crop), input and window dilations, both TensorE mappings (taps stacked on the partitions for few
+channels, one tap a matmul for many), the layouts of JAX's gradient convolutions; bit-exact on small
+integers in fp32, within bf16's rounding of the result otherwise."""
+
+from __future__ import annotations
+
+import doctest
+
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import trnsim
+from trnsim import dsl
+from trnsim.compiler import convgen
+from trnsim.dsl.errors import KernelError
+from trnsim.kernels import conv as conv_module
+from trnsim.kernels import conv2d, conv_kernel
+
+DN = ("NHWC", "HWIO", "NHWC")
+
+
+def reference(x: np.ndarray, w: np.ndarray, stride: tuple[int, int], padding: tuple[tuple[int, int], ...],
+              lhs: tuple[int, int], rhs: tuple[int, int]) -> np.ndarray:
+    out = jax.lax.conv_general_dilated(jnp.asarray(x, jnp.float32), jnp.asarray(w, jnp.float32), stride, padding,
+                                       lhs, rhs, dimension_numbers=DN, precision=jax.lax.Precision.HIGHEST)
+    return np.asarray(out)
+
+
+@st.composite
+def convolutions(draw: st.DrawFn) -> dict[str, object]:
+    kh, kw = draw(st.integers(1, 3)), draw(st.integers(1, 3))
+    stride = (draw(st.integers(1, 2)), draw(st.integers(1, 2)))
+    lhs = (draw(st.integers(1, 2)), draw(st.integers(1, 2)))
+    rhs = (draw(st.integers(1, 2)), draw(st.integers(1, 2)))
+    h, w = draw(st.integers(1, 7)), draw(st.integers(1, 7))
+    padding = tuple((draw(st.integers(-1, 2)), draw(st.integers(-1, 2))) for _ in range(2))
+    for size, dil, k, d, (lo, hi) in ((h, lhs[0], kh, rhs[0], padding[0]), (w, lhs[1], kw, rhs[1], padding[1])):
+        if lo + (size - 1) * dil + 1 + hi < (k - 1) * d + 1:
+            padding = ((2, 2), (2, 2))      # the window must fit: pad generously instead
+            break
+    ci = draw(st.sampled_from([1, 3, 5, 64, 70, 130]))
+    return {"n": draw(st.integers(1, 2)), "h": h, "w": w, "ci": ci, "kh": kh, "kw": kw,
+            "co": draw(st.sampled_from([1, 4, 130])), "stride": stride, "padding": padding, "lhs": lhs, "rhs": rhs}
+
+
+@settings(max_examples=60, deadline=None)
+@given(convolutions(), st.integers(0, 2**31))
+def test_conv_is_exact_on_small_integers(c: dict[str, object], seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    x = rng.integers(-3, 4, (c["n"], c["h"], c["w"], c["ci"])).astype(np.float32)  # type: ignore[arg-type]
+    w = rng.integers(-3, 4, (c["kh"], c["kw"], c["ci"], c["co"])).astype(np.float32)  # type: ignore[arg-type]
+    args = (c["stride"], c["padding"], c["lhs"], c["rhs"])
+    got = conv2d(x, w, stride=c["stride"], padding=c["padding"], lhs_dilation=c["lhs"],  # type: ignore[arg-type]
+                 rhs_dilation=c["rhs"])  # type: ignore[arg-type]
+    assert np.array_equal(got, reference(x, w, *args))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("ci,stride", [(3, (1, 1)), (16, (2, 2)), (130, (2, 1))])
+def test_bf16_operands_within_the_result_rounding(ci: int, stride: tuple[int, int]) -> None:
+    rng = np.random.default_rng(ci)
+    x = rng.standard_normal((2, 9, 8, ci)).astype(ml_dtypes.bfloat16).astype(np.float32)
+    w = rng.standard_normal((3, 3, ci, 20)).astype(ml_dtypes.bfloat16).astype(np.float32)
+    ref = reference(x, w, stride, ((1, 1), (1, 1)), (1, 1), (1, 1))
+    got = conv2d(x, w, "bf16", stride=stride, padding=((1, 1), (1, 1)), out_dtype="bf16")
+    # products of bf16 are exact in fp32, sums differ only in order: the bf16 rounding of the result dominates
+    bound = 2.0**-8 * np.abs(ref) + 1e-5 * np.sqrt(9 * ci) * np.abs(ref).max()
+    assert np.all(np.abs(got - ref) <= bound)
+
+
+def test_wide_rows_go_in_column_chunks() -> None:
+    rng = np.random.default_rng(1)
+    for ci in (2, 100):          # taps stacked, and one tap a matmul
+        x = rng.integers(-2, 3, (1, 3, 600, ci)).astype(np.float32)
+        w = rng.integers(-2, 3, (2, 3, ci, 3)).astype(np.float32)
+        got = conv2d(x, w, padding=((0, 1), (1, 1)))
+        assert np.array_equal(got, reference(x, w, (1, 1), ((0, 1), (1, 1)), (1, 1), (1, 1)))
+
+
+@pytest.mark.parametrize("x_shape,w_shape,stride,padding,lhs,rhs", [
+    ((3, 6, 6, 4), (5, 5, 4, 7), (1, 1), ((0, 0), (0, 0)), (1, 1), (1, 1)),
+    ((130, 5, 5, 2), (4, 3, 2, 3), (1, 2), ((1, 0), (0, 1)), (1, 1), (1, 1)),       # two batch blocks
+    ((2, 7, 6, 3), (3, 3, 3, 600), (2, 1), ((1, 1), (1, 1)), (1, 1), (2, 3)),       # Co over one bank
+    ((1, 2, 140, 2), (2, 139, 2, 2), (1, 1), ((0, 0), (0, 0)), (1, 1), (1, 1)),     # rows over 128
+    ((2, 4, 4, 3), (5, 5, 3, 2), (1, 1), ((0, -1), (1, 0)), (2, 2), (1, 1)),     # negative pad
+])
+def test_windows_larger_than_the_output_contract_over_pixels(
+        x_shape: tuple[int, ...], w_shape: tuple[int, ...], stride: tuple[int, int],
+        padding: tuple[tuple[int, int], tuple[int, int]], lhs: tuple[int, int], rhs: tuple[int, int]) -> None:
+    rng = np.random.default_rng(len(x_shape) + x_shape[0])
+    x = rng.integers(-3, 4, x_shape).astype(np.float32)
+    w = rng.integers(-3, 4, w_shape).astype(np.float32)
+    want = reference(x, w, stride, padding, lhs, rhs)
+    g = conv_module.Geometry(*x_shape, w_shape[0], w_shape[1], w_shape[3], stride, padding, lhs, rhs)
+    assert g.pixel_mode and g.out == want.shape[1:3]
+    got = conv2d(x, w, stride=stride, padding=padding, lhs_dilation=lhs, rhs_dilation=rhs)
+    assert np.array_equal(got, want)
+
+
+def _grads(stride: int, ci: int) -> tuple[np.ndarray, ...]:
+    """x, w, dy and JAX's input and weight gradients of a SAME convolution of ``stride``."""
+    rng = np.random.default_rng(stride)
+    x = rng.integers(-2, 3, (3, 8, 8, ci)).astype(np.float32)
+    w = rng.integers(-2, 3, (3, 3, ci, 6)).astype(np.float32)
+    f = lambda a, b: jax.lax.conv_general_dilated(a, b, (stride, stride), "SAME", dimension_numbers=DN,  # noqa: E731
+                                                  precision=jax.lax.Precision.HIGHEST)
+    y, vjp = jax.vjp(f, x, w)
+    dy = rng.integers(-2, 3, y.shape).astype(np.float32)
+    dx, dw = vjp(jnp.asarray(dy))
+    return x, w, dy, np.asarray(dx), np.asarray(dw)
+
+
+@pytest.mark.parametrize("stride,ci", [(1, 4), (2, 4), (2, 70)])
+def test_gradient_layouts_of_jax(stride: int, ci: int) -> None:
+    """The two gradient convolutions JAX emits, run in their own layouts (dimension numbers as permutations)."""
+    x, w, dy, dx, dw = _grads(stride, ci)
+    lowered = jax.jit(jax.grad(lambda a, b: (jax.lax.conv_general_dilated(
+        a, b, (stride, stride), "SAME", dimension_numbers=DN) * dy).sum(), argnums=(0, 1))).lower(x, w)
+    text = lowered.as_text()
+    assert text.count("stablehlo.convolution") == 2
+    program = trnsim.compile(lowered, cache=False)
+    convs = [n for n in program.graph.nodes if n.op == "convolution"]
+    found = 0
+    for node in convs:
+        c = convgen.conv_for(node)
+        assert c is not None
+        if node.out.type.shape == tuple(dx.shape):
+            a, b, want = dy, w[::-1, ::-1], dx
+        else:
+            a, b, want = x, dy, dw
+        got = dsl.run_kernel(conv_kernel, a, b, stride=c.stride, padding=c.padding, lhs_dilation=c.lhs_dilation,
+                             rhs_dilation=c.rhs_dilation, x_axes=c.x_axes, w_axes=c.w_axes,
+                             out_axes=c.out_axes).outputs[0]
+        assert np.array_equal(got, want)
+        found += 1
+    assert found == 2
+
+
+def test_mismatched_channels_and_empty_windows_are_kernel_errors() -> None:
+    with pytest.raises(KernelError, match="input channels"):
+        conv2d(np.ones((1, 4, 4, 3)), np.ones((2, 2, 4, 1)))
+    with pytest.raises(KernelError, match="window"):
+        conv2d(np.ones((1, 2, 2, 1)), np.ones((3, 3, 1, 1)))
+
+
+def test_doctests() -> None:
+    assert doctest.testmod(conv_module).failed == 0
