@@ -365,3 +365,19 @@ def test_a_transpose_moving_the_innermost_axis_is_slabs_of_2d_transposes() -> No
     verify(program, registry.get("trn3"))
     assert sum(len(s) for s in program.streams.values()) == 8
     assert dmagen.layout_time("trn3", layout).seconds < 50e-6
+
+
+@pytest.mark.parametrize(("shape", "dims"), [((3, 3, 16, 32), (0, 1)), ((40, 30), (1,)), ((5, 7, 9), (0, 2))])
+def test_reverses_lower_to_dma_kernels_through_negatively_strided_views(shape: tuple[int, ...],
+                                                                        dims: tuple[int, ...]) -> None:
+    """A conv kernel flipped for the input gradient (and any reverse): one copy through a reversed view per
+    block of rows, exact on the simulator."""
+    x = np.arange(np.prod(shape), dtype=np.float32).reshape(shape)
+    program = _program(lambda v: jax.lax.rev(v, dims), x)
+    (step,) = program.plan.steps
+    assert step.kernel == "generated_dma" and step.ops == ["reverse"]
+    layout = dmagen.layout_for(program.graph.nodes[step.nodes[0]])
+    assert layout is not None and layout.dims == dims
+    kernel = dmagen._kernel()  # pyright: ignore[reportPrivateUsage]
+    verify(kernel.compile_specs([(shape, "fp32")], "trn3", {"layout": layout}).program, registry.get("trn3"))
+    np.testing.assert_array_equal(trnsim.run_kernel(kernel, x, layout=layout).outputs[0], np.flip(x, dims))

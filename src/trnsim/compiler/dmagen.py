@@ -1,4 +1,4 @@
-"""Generated DMA kernels for layout steps: transposes, slices, pads and concatenations, timed by the
+"""Generated DMA kernels for layout steps: transposes, slices, reverses, pads and concatenations, timed by the
 instruction-level model.
 
 A transpose that keeps the innermost dimension in place is a copy through a permuted HBM view, split along
@@ -7,12 +7,11 @@ order) is a batch of 2-D transposes through ``.T`` views, which take the DMA-tra
 4-byte types (``reference/neuron.md`` §1.3), round-robin over the queues; so is one that moves the innermost
 axis elsewhere (``[s, h, d] → [h, d, s]``): a 2-D transpose per index of the other axes. Any other
 permutation is one copy through the permuted view (element-sized descriptors: slow, as it would be on the
-chip). A slice is a copy
-through a strided view, split the same way; a concatenation copies each input into its slab of the result;
-a pad copies the input into the interior and fills the padding slabs from a constant SBUF tile, and a
-constant broadcast into a tensor is such a fill alone. The
-kernels are traced once per shape and timed in timing-only mode; on the functional simulator they move the
-data exactly (tested).
+chip). A slice is a copy through a strided view, split the same way, and a reverse one through a view with
+negative strides; a concatenation copies each input into its slab of the result; a pad copies the input
+into the interior and fills the padding slabs from a constant SBUF tile, and a constant broadcast into a
+tensor is such a fill alone. The kernels are traced once per shape and timed in timing-only mode; on the
+functional simulator they move the data exactly (tested).
 
 Gathers and scatter-adds have two DMA forms. Row lookups of a ``[V, D]`` table and their gradient are the
 kernel library's embedding kernels (``Lookup``). One element per row along any axis (cross-entropy's
@@ -43,7 +42,7 @@ DSL_DTYPE: dict[str, str] = {"f32": "fp32", "bf16": "bf16", "f16": "fp16", "i32"
 class Layout:
     """What a generated layout kernel does (hashable: kernels and their times are cached)."""
 
-    op: str                                   # "transpose" | "slice" | "pad" | "concatenate" | "fill"
+    op: str                                   # "transpose" | "slice" | "pad" | "concatenate" | "fill" | "reverse"
     shape: tuple[int, ...]                    # the input's shape
     dtype: str                                # DSL dtype
     perm: tuple[int, ...] = ()                # transpose
@@ -55,15 +54,19 @@ class Layout:
     value: float = 0.0
     others: tuple[tuple[int, ...], ...] = ()  # concatenate: the shapes of the inputs after the first
     axis: int = 0
+    dims: tuple[int, ...] = ()                # reverse: the reversed dimensions
 
 
 def layout_for(node: Node) -> Layout | None:
-    """The generated form of a transpose or slice node, or None (other ops, dtypes or 0-d tensors)."""
+    """The generated form of a transpose, slice, reverse, pad or concatenate node, or None (other ops, dtypes
+    or 0-d tensors)."""
     x = node.inputs[0].type if node.inputs else None
     if x is None or x.rank == 0 or x.dtype not in DSL_DTYPE or x.size == 0:
         return None
     if node.op == "transpose":
         return Layout("transpose", x.shape, DSL_DTYPE[x.dtype], perm=tuple(node.attrs["permutation"]))
+    if node.op == "reverse":
+        return Layout("reverse", x.shape, DSL_DTYPE[x.dtype], dims=tuple(sorted(node.attrs["dimensions"])))
     if node.op == "slice":
         a = node.attrs
         return Layout("slice", x.shape, DSL_DTYPE[x.dtype], start=tuple(a["start_indices"]),
@@ -143,9 +146,12 @@ def _kernel() -> Any:
                 _fill(out[region], constant, copy)
             return out
 
-        if layout.op == "slice":
-            view = x[tuple(slice(s, e, st) for s, e, st in zip(layout.start, layout.limit, layout.stride,
-                                                                 strict=True))]
+        if layout.op in ("slice", "reverse"):  # a copy through a strided (or negatively strided) view
+            if layout.op == "reverse":
+                view = x[tuple(slice(None, None, -1) if d in layout.dims else slice(None) for d in range(len(x.shape)))]
+            else:
+                view = x[tuple(slice(s, e, st) for s, e, st in zip(layout.start, layout.limit, layout.stride,
+                                                                     strict=True))]
             out = dsl.hbm_tensor(view.shape, x.dtype, name="out")
             for i0, i1 in _chunks(view.shape[0]):
                 copy(out[i0:i1], view[i0:i1])
