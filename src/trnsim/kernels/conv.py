@@ -28,8 +28,8 @@ costs at least 64 columns, ``reference/neuron.md`` §2.6 and the trn3 preset, so
 * *shared input* (``Ci > 64``): one load per channel tile, each tap a matmul reading the flat tile at its
   offset, accumulating taps × channel tiles in one PSUM bank;
 * *pixel contraction* (a window larger than the output, the weight gradient's shape; ``pixel_contract``):
-  per output pixel one accumulation over the window's pixels on the partitions, the batch as stationary
-  columns and ``Co`` as moving columns, the window runs transposed on TensorE.
+  the window's pixels on the partitions, ``(output pixel, batch member)`` pairs as stationary columns (each
+  pixel's window loaded shifted onto its own partitions, transposed on TensorE), ``Co`` as moving columns.
 
 Rows wider than 512 go one output row at a time in column chunks. Banks drain on VectorE/ScalarE in turn and
 store through a transposed view of the output; the next unit's loads are issued before this one's stores
@@ -55,7 +55,7 @@ from trnsim.kernels.layout import prefetch
 Pair = tuple[int, int]
 CANONICAL = (0, 1, 2, 3)
 WEIGHT_BYTES = 96 * 1024  # SBUF bytes per partition the resident weight tiles may take (else reloaded)
-PREFETCH = 1  # units loaded ahead of the one being computed
+PREFETCH = 3  # units loaded ahead of the one being computed
 TRANSPOSES_AHEAD = 3  # pixel_contract: stationary transposes issued ahead of their matmuls
 UNIT_BANKS = 4  # PSUM banks of output a unit of loaded input feeds (half the 8: the next unit's run meanwhile)
 
@@ -187,7 +187,7 @@ def load_packed(xv: Tensor, g: Geometry, u: Unit, slots: list[Slot], width: int)
         for j, (top, left) in enumerate(corners):
             _window(img, _channels(xv, u.n, 0, ci), g, top, left, j * ci)
         flat = dsl.sbuf((len(slot.taps) * ci, u.rows * width), xv.dtype)
-        dsl.copy(img[:, ::sh, ::sw], out=flat, engine="vector" if i % 2 == 0 else "gpsimd")
+        dsl.copy(img[:, ::sh, ::sw], out=flat, engine="vector" if i % 2 == 0 else "scalar")
         tiles.append(flat)
     return tiles
 
@@ -209,7 +209,7 @@ def load_shared(xv: Tensor, g: Geometry, u: Unit, slots: list[Slot], ci_tiles: l
             flat = dsl.sbuf((cn, hq * wq + slack), xv.dtype)
             if slack:
                 dsl.memset(flat[:, hq * wq :], 0.0, engine="gpsimd")
-            engine: Engine = "vector" if (t + p) % 2 == 0 else "gpsimd"
+            engine: Engine = "vector" if (t + p) % 2 == 0 else "scalar"
             dsl.copy(img[:, py::sh, px::sw], out=flat[:, : hq * wq], engine=engine)
             flats[(t, p)] = flat
     return [flats[(s.ct, phases[g.tap(*s.taps[0])[0]])] for s in slots]
@@ -220,84 +220,86 @@ def _members(xv: Tensor, b0: int, bn: int, i: int, rows: slice, cols: slice) -> 
     return xv[b0 : b0 + bn, rows, cols, i]
 
 
-def pixel_contract(xv: Tensor, wv: Tensor, ov: Tensor, g: Geometry) -> None:
-    """The contraction over the window's pixels (and channels) on the partitions, one accumulation per
-    output pixel: ``acc[b, o] += X[(ky, kx), b].T @ W[(ky, kx), o]`` per channel ``i`` and block of window
-    rows (the weight gradient's shape: a large window, few output pixels, few channels).
-
-    The image of ``b ≤ 128`` batch members and channel ``i`` loads batch-major ``[b, rows, cols]`` (zero
-    halo), laid out flat per dilation phase as in the shared mapping, ``wq`` a row. An output pixel's window
-    over a block of rows is one run of that flat tile, transposed on TensorE to ``[rows · wq, b]``: the
-    stationary. ``W`` in the same wide layout (zero rows past the window's width, so the run's extra
-    columns add nothing) is transposed once per channel and block and stays in SBUF: the moving operand."""
-    ts = dsl.tile_size()
+def _windows(xv: Tensor, g: Geometry, b0: int, bn: int, group: list[Pair], i: int) -> Tensor:
+    """Channel ``i``'s windows of output pixels ``group`` for batch members ``b0 .. b0 + bn``, each pixel's on
+    its own partitions, flat ``[pixels · bn, KH · KW]`` (``pixel_contract``)."""
     (sh, sw), (dh, dw) = g.stride, g.rhs
+    img = dsl.sbuf((len(group) * bn, g.kh * dh, g.kw * dw), xv.dtype)
+    if not all(_covered(g, oy * sh, ox * sw, (g.kh - 1) * dh + 1, (g.kw - 1) * dw + 1) for oy, ox in group):
+        dsl.memset(img, 0.0, engine="gpsimd")
+    for k, (oy, ox) in enumerate(group):
+        _window(img, partial(_members, xv, b0, bn, i), g, oy * sh, ox * sw, k * bn)
+    flat = dsl.sbuf((len(group) * bn, g.kh * g.kw), xv.dtype)
+    dsl.copy(img[:, ::dh, ::dw], out=flat, engine="vector" if i % 2 else "scalar")
+    return flat
+
+
+def pixel_contract(xv: Tensor, wv: Tensor, ov: Tensor, g: Geometry) -> None:
+    """The contraction over the window's pixels on the partitions (the weight gradient's shape: a large window,
+    few output pixels, a small batch and few channels): ``acc[(pixel, b), o] += X[(ky, kx), (pixel, b)].T @
+    W[(ky, kx), o]`` per channel ``i`` and block of window rows.
+
+    For a group of ``128 // b`` output pixels, each pixel's window of the ``b ≤ 128`` batch members of channel
+    ``i`` loads onto its own partitions (zero halo), shifted so that every pixel's window starts at the tile's
+    origin; one copy per channel lays the dilated window out flat, ``KW`` a row. A block of window rows is
+    then one run of that tile, transposed on TensorE to ``[rows · KW, pixels · b]``: the stationary, every
+    pixel of the group at once. ``W`` loads pixel-major (one DMA per channel and block), kept in SBUF when it
+    fits: the moving operand."""
+    ts = dsl.tile_size()
     oh, ow = g.out
-    hp, wp = g.padded
-    hq, wq = -(-hp // dh), -(-wp // dw)
-    if wq <= ts.pmax:
-        pieces = [(k0, r, 0, wq) for k0, r in blocks(g.kh, ts.pmax // wq)]
+    if g.kw <= ts.pmax:
+        pieces = [(k0, r, 0, g.kw) for k0, r in blocks(g.kh, ts.pmax // g.kw)]
     else:
         pieces = [(k0, 1, c0, c) for k0 in range(g.kh) for c0, c in blocks(g.kw, ts.pmax)]
     pixels = [(oy, ox) for oy in range(oh) for ox in range(ow)]
-    phase = {(oy, ox): ((oy * sh % dh, ox * sw % dw), (oy * sh // dh, ox * sw // dw)) for oy, ox in pixels}
-    slack = max(ax for _, (_, ax) in phase.values())
     o_tiles = blocks(g.co, ts.psum_fmax)
-    moving: dict[tuple[int, int, int], Tensor] = {}
-    for i in range(g.ci):  # W [(ky, kx) wide, o] per channel, block of rows and output tile
-        for o, (o0, on) in enumerate(o_tiles):
-            for t0, tn in blocks(on, ts.pmax):
-                wc = dsl.sbuf((tn, g.kh, wq), xv.dtype)
-                if wq > g.kw:
-                    dsl.memset(wc, 0.0, engine="gpsimd")
-                dsl.load(wc[:, :, : g.kw], wv[:, :, i, o0 + t0 : o0 + t0 + tn].permute(2, 0, 1))
-                flat = dsl.sbuf((tn, g.kh * wq), xv.dtype)
-                dsl.copy(wc, out=flat, engine="gpsimd")
-                for q, (k0, r, c0, c) in enumerate(pieces):
-                    tile = moving.get((i, o, q))
-                    if tile is None:
-                        tile = moving[(i, o, q)] = dsl.sbuf((r * c, on), xv.dtype)
-                    part = dsl.transpose(flat[:, k0 * wq + c0 : k0 * wq + c0 + r * c])
-                    dsl.copy(part, out=tile[:, t0 : t0 + tn], engine="scalar")
+    steps = [(i, q) for i in range(g.ci) for q in range(len(pieces))]
+    itemsize = 2 if xv.dtype == "bf16" else 4
+    resident = len(steps) * g.co * itemsize <= WEIGHT_BYTES
+    kept: dict[tuple[int, int], list[Tensor]] = {}
+
+    def moving(i: int, q: int) -> list[Tensor]:
+        """``W`` of channel ``i`` and block ``q``, per output tile (kept in SBUF when all of it fits)."""
+        tiles = kept.get((i, q))
+        if tiles is None:
+            k0, r, c0, c = pieces[q]
+            tiles = [dsl.sbuf((r * c, on), xv.dtype) for _, on in o_tiles]
+            for tile, (o0, on) in zip(tiles, o_tiles, strict=True):
+                dsl.dma_copy(tile, wv[k0 : k0 + r, c0 : c0 + c, i, o0 : o0 + on])
+            if resident:
+                kept[(i, q)] = tiles
+        return tiles
+
+    def operands(window: Callable[[int], Tensor], flats: dict[int, Tensor], step: tuple[int, int],
+                 s: int) -> tuple[Tensor, list[Tensor]]:
+        i, q = step
+        if i not in flats:      # one channel's windows at a time: the previous channel's are dropped
+            flats.clear()
+            flats[i] = window(i)
+        k0, r, c0, c = pieces[q]
+        part = dsl.transpose(flats[i][:, k0 * g.kw + c0 : k0 * g.kw + c0 + r * c])
+        return dsl.copy(part, engine="vector" if s % 2 else "scalar"), moving(i, q)
+
     j = 0
     for b0, bn in blocks(g.n, ts.gemm_stationary_fmax):
-        flats: dict[tuple[int, Pair], Tensor] = {}
-        for i in range(g.ci):
-            img = dsl.sbuf((bn, hq * dh, wq * dw), xv.dtype)
-            if not _covered(g, 0, 0, hq * dh, wq * dw):
-                dsl.memset(img, 0.0, engine="gpsimd")
-            _window(img, partial(_members, xv, b0, bn, i), g, 0, 0, 0)
-            for py, px in sorted({p for p, _ in phase.values()}):
-                flat = dsl.sbuf((bn, hq * wq + slack), xv.dtype)
-                if slack:
-                    dsl.memset(flat[:, hq * wq :], 0.0, engine="gpsimd")
-                dsl.copy(img[:, py::dh, px::dw], out=flat[:, : hq * wq], engine="vector")
-                flats[(i, (py, px))] = flat
-        steps = [(oy, ox, i, q) for oy, ox in pixels for i in range(g.ci) for q in range(len(pieces))]
+        for p0, pn in blocks(len(pixels), ts.pmax // bn):
+            group = pixels[p0 : p0 + pn]
+            flats: dict[int, Tensor] = {}
 
-        def stationary(flats: dict[tuple[int, Pair], Tensor], step: tuple[int, int, int, int], s: int) -> Tensor:
-            oy, ox, i, q = step
-            (py, px), (ay, ax) = phase[(oy, ox)]
-            k0, r, c0, c = pieces[q]
-            start = (k0 + ay) * wq + ax + c0
-            part = dsl.transpose(flats[(i, (py, px))][:, start : start + r * c])
-            return dsl.copy(part, engine="vector" if s % 2 else "scalar")
-
-        # NOTE: transposes run TRANSPOSES_AHEAD steps ahead of their matmuls (TensorE works in program order:
-        # a matmul waiting for its stationary's copy out of PSUM would hold the next transpose)
-        made = prefetch([partial(stationary, flats, step, s) for s, step in enumerate(steps)], TRANSPOSES_AHEAD)
-        per_pixel = g.ci * len(pieces)
-        for p, (oy, ox) in enumerate(pixels):
-            accs = [dsl.psum((bn, on)) for _, on in o_tiles]
-            for s in range(per_pixel):
-                i, q = steps[p * per_pixel + s][2:]
-                xs = next(made)
-                for o, acc in enumerate(accs):
-                    dsl.matmul(acc, xs, moving[(i, o, q)], accumulate=s > 0)
+            # NOTE: transposes run TRANSPOSES_AHEAD steps ahead of their matmuls (TensorE works in program
+            # order: a matmul waiting for its stationary's copy out of PSUM would hold the next transpose)
+            window = partial(_windows, xv, g, b0, bn, group)
+            made = prefetch([partial(operands, window, flats, step, s) for s, step in enumerate(steps)],
+                            TRANSPOSES_AHEAD)
+            accs = [dsl.psum((pn * bn, on)) for _, on in o_tiles]
+            for s, (xs, ws) in enumerate(made):
+                for acc, w_tile in zip(accs, ws, strict=True):
+                    dsl.matmul(acc, xs, w_tile, accumulate=s > 0)
             for acc, (o0, on) in zip(accs, o_tiles, strict=True):
                 res = dsl.copy(acc, dtype=ov.dtype, engine="vector" if j % 2 else "scalar")
                 dsl.release(acc)
-                dsl.store(ov[b0 : b0 + bn, oy, ox, o0 : o0 + on], res)
+                for k, (oy, ox) in enumerate(group):
+                    dsl.store(ov[b0 : b0 + bn, oy, ox, o0 : o0 + on], res[k * bn : (k + 1) * bn])
                 j += 1
 
 
