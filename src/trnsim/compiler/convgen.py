@@ -23,7 +23,7 @@ from trnsim.compiler.costs import RATE_NAME, StepCost
 from trnsim.ir.graph import Node
 
 DSL_DTYPE = {"f32": "fp32", "bf16": "bf16"}
-SAMPLE_IMAGES = 4
+SAMPLE_IMAGES = 8
 PARTITIONS = 128
 
 

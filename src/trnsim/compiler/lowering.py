@@ -15,9 +15,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from typing import Any, TypeVar
 
-from trnsim.compiler import costs, dmagen, selection, tilegen
+from trnsim.compiler import convgen, costs, dmagen, selection, tilegen
 from trnsim.compiler.fusion import fuse
 from trnsim.compiler.pipeline import PassContext
 from trnsim.errors import CompileError, UnsupportedError
@@ -185,7 +186,13 @@ def plan_graph(graph: Graph, ctx: PassContext, machine: costs.Machine) -> Plan:
         kernel_name: str = KERNEL_NAMES.get(kind) or str(kind)
         sub: list[Plan] = []
         tensor_op = next((n for n in members if n.op in ("dot_general", "convolution")), None)
-        if tensor_op is not None:
+        if len(members) == 1 and (conv := convgen.conv_for(head)) is not None and \
+                (convolved := _kernel_or_none(partial(convgen.conv_time, machine.target, conv), ctx,
+                                              "conv_fallbacks")) is not None:
+            # a 2-D convolution the library's conv kernel computes, timed by the instruction-level model
+            convgen.conv_cost(head, convolved, cost)
+            kernel_seconds, kernel_name = convolved.seconds, "conv"
+        elif tensor_op is not None:
             at = members.index(tensor_op)
             costs.matmul_cost(machine, tensor_op, members[:at], members[at + 1:], cost, list(external.values()),
                               outputs)

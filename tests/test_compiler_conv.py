@@ -1,0 +1,88 @@
+"""Convolution steps: 2-D convolutions (forward and JAX's two gradients) lower to the library's conv kernel and
+take its timed run; other convolutions keep the analytic cost; large batches are sampled."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import trnsim
+from trnsim.compiler import convgen
+
+DN = ("NHWC", "HWIO", "NHWC")
+
+
+def _cnn_step(stride: int):  # type: ignore[no-untyped-def]
+    def loss(p, x, y):  # type: ignore[no-untyped-def]
+        h = jax.nn.relu(jax.lax.conv_general_dilated(x, p["c1"], (1, 1), "SAME", dimension_numbers=DN))
+        h = jax.lax.reduce_window(h, -jnp.inf, jax.lax.max, (1, 2, 2, 1), (1, 2, 2, 1), "VALID")
+        h = jax.lax.conv_general_dilated(h, p["c2"], (stride, stride), "SAME", dimension_numbers=DN)
+        logits = jax.nn.relu(h).mean(axis=(1, 2)) @ p["fc"]
+        return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(logits), y[:, None], 1))
+
+    def step(p, x, y):  # type: ignore[no-untyped-def]
+        value, grads = jax.value_and_grad(loss)(p, x, y)
+        return value, jax.tree.map(lambda a, b: a - 0.1 * b, p, grads)
+
+    return step
+
+
+def _params() -> dict[str, jax.Array]:
+    k1, k2, k3 = jax.random.split(jax.random.key(0), 3)
+    return {"c1": jax.random.normal(k1, (3, 3, 3, 8)) * 0.2, "c2": jax.random.normal(k2, (3, 3, 8, 16)) * 0.2,
+            "fc": jax.random.normal(k3, (16, 10)) * 0.2}
+
+
+@pytest.mark.parametrize("stride", [1, 2])
+def test_cnn_training_step_convolutions_are_kernels(stride: int) -> None:
+    step, p = _cnn_step(stride), _params()
+    x = np.random.default_rng(0).standard_normal((4, 16, 16, 3)).astype(np.float32)
+    y = np.random.default_rng(1).integers(0, 10, 4).astype(np.int32)
+    program = trnsim.compile(jax.jit(step).lower(p, x, y), cache=False)
+    convs = [s for s in program.plan.steps if "convolution" in s.ops]
+    assert len(convs) == 5 and {s.kernel for s in convs} == {"conv"}
+    for s in convs:
+        conv = convgen.conv_for(program.graph.nodes[s.nodes[0]])
+        assert conv is not None
+        timed = convgen.conv_time("trn3", conv)
+        assert s.seconds == timed.seconds and s.busy == timed.busy and s.busy["tensor"] > 0
+    got = trnsim.jit(step)(p, x, y)
+    ref = jax.jit(step)(p, x, y)
+    for g, r in zip(jax.tree.leaves(got), jax.tree.leaves(ref), strict=True):
+        np.testing.assert_allclose(np.asarray(g), np.asarray(r), rtol=1e-4, atol=1e-5)
+
+
+def test_bf16_convolution_is_a_kernel() -> None:
+    f = lambda x, w: jax.lax.conv_general_dilated(x, w, (2, 2), "SAME", dimension_numbers=DN)  # noqa: E731
+    args = [jax.ShapeDtypeStruct((2, 12, 12, 20), jnp.bfloat16), jax.ShapeDtypeStruct((3, 3, 20, 24), jnp.bfloat16)]
+    program = trnsim.compile(jax.jit(f).lower(*args), cache=False)
+    (step,) = [s for s in program.plan.steps if "convolution" in s.ops]
+    assert step.kernel == "conv" and step.operand_dtype == "bf16"
+    assert step.flops == 2.0 * 2 * 6 * 6 * 24 * 3 * 3 * 20
+
+
+@pytest.mark.parametrize("fn,shapes", [
+    (lambda x, w: jax.lax.conv_general_dilated(x, w, (1, 1), "SAME", dimension_numbers=DN, feature_group_count=2),
+     ((2, 8, 8, 4), (3, 3, 2, 6))),                                  # grouped
+    (lambda x, w: jax.lax.conv_general_dilated(x, w, (1,), "SAME", dimension_numbers=("NWC", "WIO", "NWC")),
+     ((2, 16, 4), (3, 4, 6))),                                       # 1-D
+])
+def test_other_convolutions_keep_the_analytic_cost(fn: object, shapes: tuple[tuple[int, ...], ...]) -> None:
+    program = trnsim.compile(jax.jit(fn).lower(*[jax.ShapeDtypeStruct(s, jnp.float32) for s in shapes]),  # type: ignore[arg-type]
+                             cache=False)
+    (step,) = [s for s in program.plan.steps if "convolution" in s.ops]
+    assert step.kernel == "conv_matmul"
+
+
+@pytest.mark.parametrize("x_shape,w_shape,axes", [
+    ((24, 10, 10, 8), (3, 3, 8, 16), ((0, 1, 2, 3), (0, 1, 2, 3), (0, 1, 2, 3))),    # forward
+    ((20, 6, 6, 130), (3, 3, 130, 8), ((0, 1, 2, 3), (0, 1, 2, 3), (0, 1, 2, 3))),   # one tap a matmul
+])
+def test_many_images_are_sampled_within_three_percent(x_shape: tuple[int, ...], w_shape: tuple[int, ...],
+                                                       axes: tuple[tuple[int, ...], ...]) -> None:
+    conv = convgen.Conv(x_shape, w_shape, "fp32", "fp32", *axes, (1, 1), ((1, 1), (1, 1)), (1, 1), (1, 1))
+    sampled = convgen.conv_time("trn3", conv)
+    whole = convgen._timed("trn3", conv)  # pyright: ignore[reportPrivateUsage]
+    assert abs(sampled.seconds - whole.seconds) <= 0.03 * whole.seconds
