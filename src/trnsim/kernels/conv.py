@@ -57,6 +57,8 @@ CANONICAL = (0, 1, 2, 3)
 WEIGHT_BYTES = 96 * 1024  # SBUF bytes per partition the resident weight tiles may take (else reloaded)
 PREFETCH = 3  # units loaded ahead of the one being computed
 TRANSPOSES_AHEAD = 3  # pixel_contract: stationary transposes issued ahead of their matmuls
+PIECE_BYTES = 64 * 1024  # a large load or store goes in pieces of at least this (_pieces)
+MAX_PIECES = 8
 UNIT_BANKS = 4  # PSUM banks of output a unit of loaded input feeds (half the 8: the next unit's run meanwhile)
 
 
@@ -144,10 +146,10 @@ def _span(count: int, lo_pad: int, dil: int, lo: int, hi: int) -> tuple[int, int
 
 
 def _window(img: Tensor, view: Callable[[slice, slice], Tensor], g: Geometry, top: int, left: int,
-            part: int) -> None:
+            part: int, split: bool = False) -> None:
     """Load into ``img [P, rows, cols]`` from partition ``part`` the padded, dilated input from padded row
     ``top`` and column ``left`` (where there is no input the caller memsets): ``view(rows, cols)`` is the
-    HBM view ``[p, rows, cols]`` of those input rows and columns."""
+    HBM view ``[p, rows, cols]`` of those input rows and columns; ``split``: in pieces (``_pieces``)."""
     (lh, lw), ((pt, _), (pl, _)) = g.lhs, g.pad
     hp, wp = g.padded
     _, rows, cols = img.shape
@@ -157,7 +159,17 @@ def _window(img: Tensor, view: Callable[[slice, slice], Tensor], g: Geometry, to
         src = view(slice(r0, r0 + nr), slice(x0, x0 + nx))
         d0, e0 = pt - top + r0 * lh, pl - left + x0 * lw
         dsl.load(img[part : part + src.shape[0], d0 : d0 + (nr - 1) * lh + 1 : lh, e0 : e0 + (nx - 1) * lw + 1 : lw],
-                 src)
+                 src, split=_pieces(src) if split else 1)
+
+
+def _pieces(view: Tensor) -> int:
+    """DMAs to move ``view`` in: one queue moves one transfer at a time (``reference/neuron.md`` §1.2, 33 GB/s
+    a queue on trn3 after ~2 us), so a large transfer goes in pieces of at least ``PIECE_BYTES`` on up to
+    ``MAX_PIECES`` queues (by partitions). NOTE: only where a unit's input is one transfer (the shared
+    mapping): stacked taps already load in many transfers at once, and the fixed cost of more pieces then
+    costs queue time (a 56x56x64 bf16 layer: 705 -> 764 us split)."""
+    nbytes = view.size * (2 if view.dtype == "bf16" else 4)
+    return max(1, min(MAX_PIECES, view.shape[0], nbytes // PIECE_BYTES))
 
 
 def _channels(xv: Tensor, n: int, c0: int, cn: int) -> Callable[[slice, slice], Tensor]:
@@ -204,7 +216,7 @@ def load_shared(xv: Tensor, g: Geometry, u: Unit, slots: list[Slot], ci_tiles: l
         img = dsl.sbuf((cn, hq * sh, wq * sw), xv.dtype)
         if not _covered(g, u.oy * sh, 0, hq * sh, wq * sw):
             dsl.memset(img, 0.0, engine="gpsimd")
-        _window(img, _channels(xv, u.n, c0, cn), g, u.oy * sh, 0, 0)
+        _window(img, _channels(xv, u.n, c0, cn), g, u.oy * sh, 0, 0, split=True)
         for (py, px), p in phases.items():
             flat = dsl.sbuf((cn, hq * wq + slack), xv.dtype)
             if slack:
@@ -378,7 +390,7 @@ def conv_kernel(x: Tensor, w: Tensor, *, stride: Pair = (1, 1), padding: tuple[P
                 j += 1
                 valid = min(cc, ow - c0)
                 dst = ov[u.n, u.oy + r0 : u.oy + r0 + rr, c0 : c0 + valid, o0 : o0 + on].permute(2, 0, 1)
-                dsl.store(dst, res[:, :, :valid])
+                dsl.store(dst, res[:, :, :valid], split=1 if packed else _pieces(dst))
     return out
 
 
