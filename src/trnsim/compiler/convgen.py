@@ -5,7 +5,9 @@ a separate ``reverse``), fp32 or bf16 operands of one type and an fp32/bf16 resu
 ``trnsim.kernels.conv.conv_kernel`` in whatever layout its ``dimension_numbers`` give: the forward
 convolution and both gradients JAX emits (the input gradient with ``lhs_dilation`` and the kernel's
 ``I``/``O`` swapped, the weight gradient with batch and feature swapped). Its time is the kernel's, timed
-by the instruction-level model (timing-only); every other convolution keeps the analytic cost (``costs``).
+by the instruction-level model (timing-only); every other convolution keeps the analytic cost (``costs``), as
+does a convolution fused with a prologue or epilogue, and one the kernel cannot trace (a weight gradient
+whose whole window does not fit SBUF, for one: counted in the ``conv_fallbacks`` statistic).
 
 The kernel's work is a loop over its (canonical) batch, each image the same units (for the pixel-contracting
 mapping, each block of 128 batch members the same work): a kernel of more than ``2 · SAMPLE_IMAGES`` such
