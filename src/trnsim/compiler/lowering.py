@@ -216,7 +216,7 @@ def plan_graph(graph: Graph, ctx: PassContext, machine: costs.Machine) -> Plan:
                 cost.min_seconds = kernel_seconds = timed.seconds
                 kernel_name = "generated_elementwise"
         elif kind == "sort" and (top := selection.topk_for(head, consumers, results)) is not None and \
-                (picked := _kernel_or_none(lambda: selection.topk_time(machine.target, top), ctx,
+                (picked := _kernel_or_none(partial(selection.topk_time, machine.target, top), ctx,
                                            "topk_fallbacks")) is not None:
             # the sort of chlo.top_k whose first k columns alone are read: the library's top-k kernel
             costs.SINGLE_RULES["sort"](machine, head, cost)  # (its HBM traffic, for the schedule's DMA use)

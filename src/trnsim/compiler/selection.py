@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
 
 from trnsim.compiler.tilegen import TileTime
 from trnsim.ir.graph import Node
@@ -57,9 +58,10 @@ def topk_for(sort: Node, consumers: dict[int, list[Node]], results: set[int]) ->
         if out.id in results:
             return None
         for user in consumers.get(out.id, []):
-            start, limit, strides = (user.attrs.get(a) for a in ("start_indices", "limit_indices", "strides"))
-            if (user.op != "slice" or any(start or ()) or any(s != 1 for s in strides or ())
-                    or tuple(limit or ())[:-1] != tuple(shape[:-1])):
+            start: tuple[int, ...] = tuple(user.attrs.get("start_indices") or ())
+            limit: tuple[int, ...] = tuple(user.attrs.get("limit_indices") or ())
+            strides: tuple[int, ...] = tuple(user.attrs.get("strides") or ())
+            if user.op != "slice" or any(start) or any(s != 1 for s in strides) or limit[:-1] != tuple(shape[:-1]):
                 return None
             k = max(k, int(limit[-1]))
     return TopK(math.prod(shape[:-1]), shape[-1], k, dtype) if k else None
@@ -100,8 +102,8 @@ def _timed(target: str, top: TopK) -> TileTime:
     from trnsim.kernels.selection import topk_kernel
     from trnsim.sim.profile import Profile
 
-    result = trnsim.run_kernel(topk_kernel, trnsim.TensorSpec((top.rows, top.cols), top.dtype), target=target,
-                               timing=True, k=top.k)
+    spec: Any = trnsim.TensorSpec((top.rows, top.cols), top.dtype)   # a shape, no data: timing only
+    result = trnsim.run_kernel(topk_kernel, spec, target=target, timing=True, k=top.k)
     profile = result.profile
     assert isinstance(profile, Profile)
     busy = {e: t for e, t in profile.engine_busy.items() if e in ("tensor", "vector", "scalar", "gpsimd") and t > 0}
