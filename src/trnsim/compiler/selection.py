@@ -58,9 +58,8 @@ def topk_for(sort: Node, consumers: dict[int, list[Node]], results: set[int]) ->
         if out.id in results:
             return None
         for user in consumers.get(out.id, []):
-            start: tuple[int, ...] = tuple(user.attrs.get("start_indices") or ())
-            limit: tuple[int, ...] = tuple(user.attrs.get("limit_indices") or ())
-            strides: tuple[int, ...] = tuple(user.attrs.get("strides") or ())
+            start, limit, strides = (tuple(int(i) for i in user.attrs.get(a) or ())
+                                     for a in ("start_indices", "limit_indices", "strides"))
             if user.op != "slice" or any(start) or any(s != 1 for s in strides) or limit[:-1] != tuple(shape[:-1]):
                 return None
             k = max(k, int(limit[-1]))
