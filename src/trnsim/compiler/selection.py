@@ -107,3 +107,13 @@ def _timed(target: str, top: TopK) -> TileTime:
     assert isinstance(profile, Profile)
     busy = {e: t for e, t in profile.engine_busy.items() if e in ("tensor", "vector", "scalar", "gpsimd") and t > 0}
     return TileTime(profile.total_seconds, busy, profile.instructions, engine_counts(profile))
+
+
+def clear_memo() -> None:
+    """Forget the timed top-k kernels and their traces (``kernel_timing.clear_memo``)."""
+    from trnsim.kernels.selection import topk_kernel
+
+    _timed.cache_clear()
+    cache = getattr(topk_kernel, "_cache", None)
+    if isinstance(cache, dict):
+        cache.clear()
