@@ -67,7 +67,14 @@ def passes(recipe: Recipe) -> tuple[list[int], list[bool]]:
 
 def emit(dsl: Any, ins: list[Any], recipe: Recipe) -> tuple[Any, ...]:
     """The kernel body for a chunked recipe (module docstring)."""
-    from trnsim.compiler.tilegen.emit import compute, fold_peak, scaled_value, tensor_scales
+    from trnsim.compiler.tilegen.emit import (
+        broadcast_inputs,
+        compute,
+        dma_pieces,
+        fold_peak,
+        scaled_value,
+        tensor_scales,
+    )
     from trnsim.isa.dtypes import DTYPES
 
     rows, cols = space(recipe)
@@ -125,12 +132,7 @@ def emit(dsl: Any, ins: list[Any], recipe: Recipe) -> tuple[Any, ...]:
     keep = sum(cols * DTYPES[recipe.inputs[i][0]].itemsize for i in multi) <= KEEP_ROW_BYTES
     final = {i: max(s for s in range(last + 1) if i in reads[s]) for r in reads for i in r}
 
-    columns: dict[int, Any] = {}
-    for i, (x, (_, kind)) in enumerate(zip(ins, recipe.inputs, strict=True)):
-        if kind == "scalar":
-            columns[i] = dsl.load(x[0:1, 0:1].broadcast_to((PARTITIONS, 1)))
-        elif kind == "vec":
-            columns[i] = dsl.load(x[0:1, :].broadcast_to((PARTITIONS, cols)))
+    columns = broadcast_inputs(dsl, ins, recipe, cols)
     pre: dict[int, Any] = {}
     for j, (kind, op, operands, dt) in enumerate(recipe.steps):
         if phases[j] == "pre":
@@ -170,14 +172,7 @@ def emit(dsl: Any, ins: list[Any], recipe: Recipe) -> tuple[Any, ...]:
         splits the row layout's: about ``QUEUES`` DMAs in flight."""
         nonlocal queue
         target = dsl.sbuf(src.shape, src.dtype) if dst is None else dst
-        step = -(-src.shape[0] // pieces(src.size * DTYPES[src.dtype].itemsize, split))
-        for p0 in range(0, src.shape[0], step):
-            p1 = min(src.shape[0], p0 + step)
-            if dst is None:
-                dsl.load(target[p0:p1], src[p0:p1], queue=queue % QUEUES)
-            else:
-                dsl.store(target[p0:p1], src[p0:p1], queue=queue % QUEUES)
-            queue += 1
+        queue = dma_pieces(dsl, target, src, dst is None, pieces(src.size * DTYPES[src.dtype].itemsize, split), queue)
         return target
 
     done = 0

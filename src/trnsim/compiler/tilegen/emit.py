@@ -63,13 +63,9 @@ def _kernel() -> Any:
                 for i, ((_, dt), shape) in enumerate(zip(recipe.outputs, output_shapes(recipe), strict=True))]
         shapes = input_shapes(recipe)
         # loaded once: computed scalars as [128, 1] columns; tables repeated down the rows as [lanes, cols]
-        columns: dict[int, Tensor] = {}
+        columns: dict[int, Tensor] = broadcast_inputs(dsl, ins, recipe, cols)
         for i, (x, (dt, kind)) in enumerate(zip(ins, recipe.inputs, strict=True)):
-            if kind == "scalar":
-                columns[i] = dsl.load(x[0:1, 0:1].broadcast_to((PARTITIONS, 1)))
-            elif kind == "vec":
-                columns[i] = dsl.load(x[0:1, :].broadcast_to((PARTITIONS, cols)))
-            elif kind == "per" and PARTITIONS % shapes[i][0] == 0:
+            if kind == "per" and PARTITIONS % shapes[i][0] == 0:
                 period = shapes[i][0]
                 tile = dsl.sbuf((lanes, cols), dt)
                 for r0 in range(0, lanes, period):
@@ -134,15 +130,7 @@ def _kernel() -> Any:
             """A block's load (``dst`` None: into a new tile) or store, in pieces of partitions (``pipeline``)."""
             nonlocal queue
             target = dsl.sbuf(src.shape, dt) if dst is None else dst
-            lanes_ = src.shape[0]
-            step = -(-lanes_ // pieces(src.size * _itemsize(dt), split))
-            for p0 in range(0, lanes_, step):
-                p1 = min(lanes_, p0 + step)
-                if dst is None:
-                    dsl.load(target[p0:p1], src[p0:p1], queue=queue % QUEUES)
-                else:
-                    dsl.store(target[p0:p1], src[p0:p1], queue=queue % QUEUES)
-                queue += 1
+            queue = dma_pieces(dsl, target, src, dst is None, pieces(src.size * _itemsize(dt), split), queue)
             return target
 
         # step index → block intermediates read there for the last time (never the ones the group stores)
@@ -281,6 +269,29 @@ def _kernel() -> Any:
         return tuple(outs)
 
     return fused_elementwise
+
+
+def dma_pieces(dsl: Any, target: Any, src: Any, load: bool, ways: int, queue: int) -> int:
+    """``target[...] = src`` by DMA (a load, or a store when not ``load``) as ``ways`` transfers of
+    consecutive blocks of partitions on consecutive queues from ``queue``; returns the next queue."""
+    step = -(-src.shape[0] // ways)
+    for p0 in range(0, src.shape[0], step):
+        p1 = min(src.shape[0], p0 + step)
+        (dsl.load if load else dsl.store)(target[p0:p1], src[p0:p1], queue=queue % QUEUES)
+        queue += 1
+    return queue
+
+
+def broadcast_inputs(dsl: Any, ins: Any, recipe: Recipe, cols: int) -> dict[int, Any]:
+    """The inputs loaded once, before the tile loop, by index: a scalar as a ``[128, 1]`` column, a vector
+    along the rows as a ``[128, cols]`` tile (one broadcast DMA each)."""
+    columns: dict[int, Any] = {}
+    for i, (x, (_, kind)) in enumerate(zip(ins, recipe.inputs, strict=True)):
+        if kind == "scalar":
+            columns[i] = dsl.load(x[0:1, 0:1].broadcast_to((PARTITIONS, 1)))
+        elif kind == "vec":
+            columns[i] = dsl.load(x[0:1, :].broadcast_to((PARTITIONS, cols)))
+    return columns
 
 
 def _itemsize(dt: str) -> int:
