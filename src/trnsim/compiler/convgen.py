@@ -22,6 +22,7 @@ from functools import lru_cache
 from typing import Any
 
 from trnsim.compiler.costs import RATE_NAME, StepCost
+from trnsim.compiler.kernel_timing import TileTime, extrapolate, linear_fit, time_kernel
 from trnsim.ir.graph import Node
 
 DSL_DTYPE = {"f32": "fp32", "bf16": "bf16"}
@@ -87,16 +88,7 @@ def conv_for(node: Node) -> Conv | None:
                 pair("window_strides"), ((pt, pb), (pl, pr)), pair("lhs_dilation"), pair("rhs_dilation"))
 
 
-@dataclass(frozen=True)
-class ConvTime:
-    seconds: float
-    busy: dict[str, float]
-    instructions: int
-    by_engine: dict[str, int]
-    hbm_bytes: int
-
-
-def conv_time(target: str, conv: Conv) -> ConvTime:
+def conv_time(target: str, conv: Conv) -> TileTime:
     """The kernel's time (timing-only), sampled over the batch when it is large (module docstring)."""
     from trnsim.kernels.conv import Geometry
 
@@ -107,36 +99,23 @@ def conv_time(target: str, conv: Conv) -> ConvTime:
     small = SAMPLE_IMAGES * unit
     if n <= 2 * small:  # n: the canonical batch
         return _timed(target, conv)
-    from trnsim.compiler.kernel_timing import linear_fit
-
     a = _timed(target, conv.with_images(small))
     b = _timed(target, conv.with_images(2 * small))
-    fit = linear_fit(small, 2 * small, n)
-    return ConvTime(fit(a.seconds, b.seconds), {e: fit(a.busy.get(e, 0.0), t) for e, t in b.busy.items()},
-                    round(fit(a.instructions, b.instructions)),
-                    {e: round(fit(a.by_engine.get(e, 0), k)) for e, k in b.by_engine.items()},
-                    round(fit(a.hbm_bytes, b.hbm_bytes)))
+    return extrapolate(a, b, linear_fit(small, 2 * small, n))
 
 
 @lru_cache(maxsize=256)
-def _timed(target: str, conv: Conv) -> ConvTime:
+def _timed(target: str, conv: Conv) -> TileTime:
     import trnsim
-    from trnsim.compiler.kernel_timing import engine_counts
     from trnsim.kernels.conv import conv_kernel
-    from trnsim.sim.profile import Profile
 
     args: list[Any] = [trnsim.TensorSpec(conv.x_shape, conv.dtype), trnsim.TensorSpec(conv.w_shape, conv.dtype)]
-    result = trnsim.run_kernel(conv_kernel, *args, target=target, timing=True, stride=conv.stride, padding=conv.padding,
-                               lhs_dilation=conv.lhs_dilation, rhs_dilation=conv.rhs_dilation,
-                               x_axes=conv.x_axes, w_axes=conv.w_axes, out_axes=conv.out_axes,
-                               out_dtype=conv.out_dtype)
-    profile = result.profile
-    assert isinstance(profile, Profile)
-    busy = {e: t for e, t in profile.engine_busy.items() if e in ("tensor", "vector", "scalar", "gpsimd") and t > 0}
-    return ConvTime(profile.total_seconds, busy, profile.instructions, engine_counts(profile), profile.hbm_bytes)
+    return time_kernel(conv_kernel, *args, target=target, stride=conv.stride, padding=conv.padding,
+                       lhs_dilation=conv.lhs_dilation, rhs_dilation=conv.rhs_dilation, x_axes=conv.x_axes,
+                       w_axes=conv.w_axes, out_axes=conv.out_axes, out_dtype=conv.out_dtype)
 
 
-def conv_cost(node: Node, timed: ConvTime, cost: StepCost) -> None:
+def conv_cost(node: Node, timed: TileTime, cost: StepCost) -> None:
     """A convolution step's cost from its kernel's timed run: engines, instructions, HBM traffic, FLOPs."""
     w = node.inputs[1].type
     d = node.attrs["dimension_numbers"]

@@ -32,6 +32,40 @@ class KernelTime:
     by_engine: dict[str, int] = field(default_factory=dict[str, int])   # instructions per engine ("dma")
 
 
+@dataclass(frozen=True)
+class TileTime:
+    """A generated or library kernel's timed run (timing-only): its time, each compute engine's busy time,
+    its instructions (per engine: ``by_engine``, DMAs as ``dma``) and its HBM traffic."""
+
+    seconds: float
+    busy: dict[str, float]
+    instructions: int
+    by_engine: dict[str, int] = field(default_factory=dict[str, int])
+    hbm_bytes: int = 0
+
+
+COMPUTE_ENGINES = ("tensor", "vector", "scalar", "gpsimd")
+
+
+def time_kernel(kernel: Any, *args: Any, target: str, **params: Any) -> TileTime:
+    """Trace ``kernel`` for ``args`` (arrays or ``TensorSpec`` shapes) and time it on ``target``."""
+    import trnsim
+    from trnsim.sim.profile import Profile
+
+    profile = trnsim.run_kernel(kernel, *args, target=target, timing=True, **params).profile
+    assert isinstance(profile, Profile)
+    busy = {e: t for e, t in profile.engine_busy.items() if e in COMPUTE_ENGINES and t > 0}
+    return TileTime(profile.total_seconds, busy, profile.instructions, engine_counts(profile), profile.hbm_bytes)
+
+
+def extrapolate(a: TileTime, b: TileTime, fit: Callable[[float, float], float]) -> TileTime:
+    """A kernel's timing from two samples of it, every figure through ``fit`` (``linear_fit``)."""
+    return TileTime(fit(a.seconds, b.seconds), {e: fit(a.busy.get(e, 0.0), t) for e, t in b.busy.items()},
+                    round(fit(a.instructions, b.instructions)),
+                    {e: round(fit(a.by_engine.get(e, 0), n)) for e, n in b.by_engine.items()},
+                    round(fit(a.hbm_bytes, b.hbm_bytes)))
+
+
 def engine_counts(profile: Any) -> dict[str, int]:
     """Instructions per engine of a timed kernel; DMAs (issued from the sync engine) count as ``dma``."""
     counts: dict[str, int] = {}

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from trnsim.compiler.tilegen import TileTime
+from trnsim.compiler.kernel_timing import TileTime, extrapolate, linear_fit, time_kernel
 from trnsim.ir.graph import Node
 
 DSL_DTYPE = {"f32": "fp32", "bf16": "bf16", "f16": "fp16"}
@@ -83,30 +83,19 @@ def topk_time(target: str, top: TopK) -> TileTime:
     tiles = -(-top.rows // PARTITIONS)
     if tiles <= 2 * SAMPLE_TILES:
         return _timed(target, top)
-    from trnsim.compiler.kernel_timing import linear_fit
-
     small, large = SAMPLE_TILES * PARTITIONS, 2 * SAMPLE_TILES * PARTITIONS
     a = _timed(target, TopK(small, top.cols, top.k, top.dtype))
     b = _timed(target, TopK(large, top.cols, top.k, top.dtype))
-    fit = linear_fit(small, large, top.rows)
-    return TileTime(fit(a.seconds, b.seconds), {e: fit(a.busy.get(e, 0.0), t) for e, t in b.busy.items()},
-                    round(fit(a.instructions, b.instructions)),
-                    {e: round(fit(a.by_engine.get(e, 0), n)) for e, n in b.by_engine.items()})
+    return extrapolate(a, b, linear_fit(small, large, top.rows))
 
 
 @lru_cache(maxsize=256)
 def _timed(target: str, top: TopK) -> TileTime:
     import trnsim
-    from trnsim.compiler.kernel_timing import engine_counts
     from trnsim.kernels.selection import topk_kernel
-    from trnsim.sim.profile import Profile
 
     spec: Any = trnsim.TensorSpec((top.rows, top.cols), top.dtype)   # a shape, no data: timing only
-    result = trnsim.run_kernel(topk_kernel, spec, target=target, timing=True, k=top.k)
-    profile = result.profile
-    assert isinstance(profile, Profile)
-    busy = {e: t for e, t in profile.engine_busy.items() if e in ("tensor", "vector", "scalar", "gpsimd") and t > 0}
-    return TileTime(profile.total_seconds, busy, profile.instructions, engine_counts(profile))
+    return time_kernel(topk_kernel, spec, target=target, k=top.k)
 
 
 def clear_memo() -> None:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from functools import lru_cache
 from math import gcd
 from typing import Any
 
+from trnsim.compiler.kernel_timing import TileTime, extrapolate, linear_fit, time_kernel
 from trnsim.compiler.tilegen.emit import forget_traces, kernel
 from trnsim.compiler.tilegen.recipe import (
     PARTITIONS,
@@ -21,15 +22,6 @@ from trnsim.compiler.tilegen.recipe import (
     pipeline,
     space,
 )
-
-
-@dataclass(frozen=True)
-class TileTime:
-    seconds: float
-    busy: dict[str, float]
-    instructions: int
-    by_engine: dict[str, int] = field(default_factory=dict[str, int])    # instructions per engine ("dma")
-
 
 SAMPLE_BLOCKS = 8         # larger kernels are timed on two samples of at least 8 and 16 tiles, extrapolated
 
@@ -63,13 +55,10 @@ def fused_time(target: str, recipe: Recipe, *, sample: bool = True) -> TileTime:
     periods = [int(ops[0][1] * ops[1][1]) for kind, form, ops, _ in recipe.steps if kind == "iota" and form == "flat"]
     if not sample or blocks <= 2 * a or max(periods, default=0) >= small:
         return _timed(target, recipe)
-    from trnsim.compiler.kernel_timing import linear_fit
 
     a, b = _timed(target, _sample(recipe, small)), _timed(target, _sample(recipe, large))
     fit = linear_fit(small, large, recipe.elements)
-    return TileTime(fit(a.seconds, b.seconds), {e: fit(a.busy.get(e, 0.0), t) for e, t in b.busy.items()},
-                    round(fit(a.instructions, b.instructions)),
-                    {e: round(fit(a.by_engine.get(e, 0), n)) for e, n in b.by_engine.items()})
+    return extrapolate(a, b, fit)
 
 
 def _queue_period(recipe: Recipe) -> int:
@@ -113,17 +102,7 @@ def _sample(recipe: Recipe, elements: int) -> Recipe:
 @lru_cache(maxsize=1024)
 def _timed(target: str, recipe: Recipe) -> TileTime:
     """Trace the generated kernel for ``recipe`` and time it (timing-only, no data)."""
-    import trnsim
-    from trnsim.sim.profile import Profile
-
-    specs = _specs(recipe)
-    result = trnsim.run_kernel(kernel(), *specs, target=target, timing=True, recipe=recipe)
-    profile = result.profile
-    assert isinstance(profile, Profile)
-    busy = {e: t for e, t in profile.engine_busy.items() if e in ("tensor", "vector", "scalar", "gpsimd") and t > 0}
-    from trnsim.compiler.kernel_timing import engine_counts
-
-    return TileTime(profile.total_seconds, busy, profile.instructions, engine_counts(profile))
+    return time_kernel(kernel(), *_specs(recipe), target=target, recipe=recipe)
 
 
 def kernel_program(target: str, recipe: Recipe) -> Any:
