@@ -385,12 +385,14 @@ def test_split_dmas_move_blocks_of_partitions_on_their_own_queues() -> None:
     assert times[8] < times[1] / 2
 
 
-def test_split_dma_errors_name_the_fix() -> None:
+def test_split_dmas_from_a_given_queue_take_the_next_ones() -> None:
     @trnsim.kernel
-    def both(x):
-        dsl.load(x[0:128, :], split=2, queue=1)
-        return x
+    def pieces(x):
+        out = dsl.hbm_tensor(x.shape, "fp32")
+        dsl.store(out, dsl.load(x, queue=14, split=4))
+        return out
 
-    x = np.zeros((128, 64), np.float32)
-    with pytest.raises(KernelError, match="give queue= or split=, not both"):
-        both.compile(x)
+    x = np.arange(128 * 64, dtype=np.float32).reshape(128, 64)
+    program = pieces.compile(x).program
+    assert [d.queue for d in program.streams["sync"][:4]] == [14, 15, 0, 1]  # type: ignore[attr-defined]
+    assert np.array_equal(dsl.run_kernel(pieces, x).outputs[0], x)

@@ -77,14 +77,13 @@ def _dma(dst: Tensor, src: Tensor, queue: int | None, split: int = 1) -> Tensor:
     if dst.size != src.size:
         fail(f"DMA of {src.shape} into {dst.shape}: sizes differ", "copy views with the same number of elements")
     if split > 1:
-        # one transfer per block of rows (tile partitions), each on the next queue: a DMA engine moves one
-        # transfer at a time (reference/neuron.md §1.2), so a large tile loads split-ways in parallel
-        if queue is not None:
-            fail("split= spreads the transfer over the queues", "give queue= or split=, not both")
+        # one transfer per block of rows (tile partitions), each on the next queue (from ``queue`` if given):
+        # a DMA engine moves one transfer at a time (reference/neuron.md §1.2), so a large tile moves split ways
         rows = dst.shape[0]  # load and store move views of one shape
         step = -(-rows // min(split, rows))
-        for r in range(0, rows, step):
-            _dma(dst[r : r + step], src[r : r + step], None)
+        for i, r in enumerate(range(0, rows, step)):
+            q = None if queue is None else (queue + i) % tr.core.dma.queues
+            _dma(dst[r : r + step], src[r : r + step], q)
         return dst
     q = tr.next_queue() if queue is None else queue
     dst_ap, src_ap = dst.ap(), src.ap()
@@ -100,7 +99,7 @@ def load(a: Tensor, b: Tensor | None = None, /, *, dtype: str | None = None, que
          split: int = 1) -> Tensor:
     """``load(hbm_view)`` → a new SBUF tile of its shape (``dtype`` casts); ``load(tile, hbm_view)`` fills a
     tile. Returns the tile. ``split=n``: as ``n`` DMAs of consecutive blocks of partitions on ``n`` queues
-    (a large tile then moves ``n`` ways in parallel)."""
+    (the next ones round-robin, or ``queue``, ``queue + 1``, …): a large tile then moves ``n`` ways at once."""
     src = a if b is None else b
     if src.on_chip:
         fail(f"load reads HBM, not {src.memory}", "use copy() between tiles, or dma_copy")

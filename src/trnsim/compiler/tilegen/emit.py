@@ -273,13 +273,11 @@ def _kernel() -> Any:
 
 def dma_pieces(dsl: Any, target: Any, src: Any, load: bool, ways: int, queue: int) -> int:
     """``target[...] = src`` by DMA (a load, or a store when not ``load``) as ``ways`` transfers of
-    consecutive blocks of partitions on consecutive queues from ``queue``; returns the next queue."""
-    step = -(-src.shape[0] // ways)
-    for p0 in range(0, src.shape[0], step):
-        p1 = min(src.shape[0], p0 + step)
-        (dsl.load if load else dsl.store)(target[p0:p1], src[p0:p1], queue=queue % QUEUES)
-        queue += 1
-    return queue
+    consecutive blocks of partitions on consecutive queues from ``queue`` (``dsl.load``'s ``split``); returns
+    the next queue."""
+    (dsl.load if load else dsl.store)(target, src, queue=queue % QUEUES, split=ways)
+    rows = src.shape[0]
+    return queue + -(-rows // -(-rows // min(ways, rows)))      # the pieces the split made
 
 
 def broadcast_inputs(dsl: Any, ins: Any, recipe: Recipe, cols: int) -> dict[int, Any]:
