@@ -150,20 +150,17 @@ def plan_graph(graph: Graph, ctx: PassContext, machine: costs.Machine) -> Plan:
         if g >= 0:
             groups.setdefault(g, []).append(node)
     producer_step: dict[int, int] = {}
-    uses: dict[int, set[int]] = {}
+    consumers: dict[int, list[Node]] = {}       # value → the nodes that read it
     for node in graph.nodes:
         for v in reads(node):
-            uses.setdefault(v.id, set()).add(node.attrs.get("_group", -1))
+            consumers.setdefault(v.id, []).append(node)
+    uses = {v: {n.attrs.get("_group", -1) for n in nodes} for v, nodes in consumers.items()}   # value → groups
     results = {v.id for v in graph.results}
     consts = {n.out.id: n for n in graph.nodes if n.op == "constant"}
     indexed = {gid: chosen for gid, members in groups.items() if len(members) == 1 and
                members[0].attrs.get("_kind") == "index" and
                (chosen := _index_kernel(members[0], machine, ctx)) is not None}
     absorbed = _absorb_zero_fills(groups, uses, results, indexed)
-    consumers: dict[int, list[Node]] = {}
-    for node in graph.nodes:
-        for v in reads(node):
-            consumers.setdefault(v.id, []).append(node)
     steps: list[Step] = []
     for gid in _topological(groups, graph):
         members = groups[gid]
