@@ -150,3 +150,8 @@ def test_mismatched_channels_and_empty_windows_are_kernel_errors() -> None:
 
 def test_doctests() -> None:
     assert doctest.testmod(conv_module).failed == 0
+
+
+def test_operands_that_are_not_4_d_are_named_in_the_error() -> None:
+    with pytest.raises(KernelError, match=r"2-D convolution of x \(3, 3, 2\) with w \(2, 2, 2, 1\)"):
+        conv2d(np.ones((3, 3, 2)), np.ones((2, 2, 2, 1)))

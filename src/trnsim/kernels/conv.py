@@ -324,6 +324,9 @@ def conv_kernel(x: Tensor, w: Tensor, *, stride: Pair = (1, 1), padding: tuple[P
     ``lhs_dilation`` and padded by ``padding``), rounded to ``out_dtype``. ``x_axes``: where ``N, H, W, Ci``
     are in ``x``; ``w_axes``: where ``KH, KW, Ci, Co`` are in ``w``; ``out_axes``: where ``N, OH, OW, Co``
     go in the result."""
+    if len(x.shape) != 4 or len(w.shape) != 4:
+        fail(f"a 2-D convolution of x {x.shape} with w {w.shape}",
+             "give a 4-D input (N, H, W, Ci: NHWC by default) and a 4-D kernel (KH, KW, Ci, Co: HWIO by default)")
     xv, wv = x.permute(*x_axes), w.permute(*w_axes)
     n, h, wd, ci = xv.shape
     kh, kw, ci2, co = wv.shape
