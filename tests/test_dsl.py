@@ -259,9 +259,10 @@ def test_lazy_exports() -> None:
     assert trnsim.KernelResult is dsl.KernelResult
 
 
-def test_ml_dtypes_inputs_reach_the_device_as_float32(monkeypatch: pytest.MonkeyPatch) -> None:
-    """bfloat16/fp8 arrays (numpy kind "V", not "f") are widened to float32 before the device encodes them:
-    its fast encoders take float32 (the general path took ~0.5 s per 8M bf16 values)."""
+def test_ml_dtypes_inputs_reach_the_device_as_float32_or_as_bf16_codes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """fp8 arrays (numpy kind "V", not "f") are widened to float32 before the device encodes them: its fast
+    encoders take float32 (the general path took ~0.5 s per 8M values). A bfloat16 array for a bf16 tensor
+    goes as it is: its codes are the tensor's, copied bit for bit (NaN payloads included)."""
     from trnsim.dsl import jit
 
     seen: list[np.dtype] = []
@@ -279,11 +280,21 @@ def test_ml_dtypes_inputs_reach_the_device_as_float32(monkeypatch: pytest.Monkey
         dsl.store(out, dsl.load(x))
         return out
 
-    x = np.array([[1.5, -2.0, 3.25]], ml_dtypes.bfloat16)
+    x = np.array([[1.5, -2.0, 3.25, 0.0]], ml_dtypes.bfloat16)
+    x.view(np.uint16)[0, 3] = 0xFF81  # a negative NaN with a payload
     y = np.array([[0.5, 1.0]], ml_dtypes.float8_e4m3fn)
-    assert trnsim.run_kernel(copy_out, x).outputs[0].tolist() == [[1.5, -2.0, 3.25]]
+    @trnsim.kernel
+    def copy_codes(x):
+        out = dsl.hbm_tensor(x.shape, "bf16")
+        dsl.store(out, dsl.load(x))
+        return out
+
+    got = trnsim.run_kernel(copy_codes, x).outputs[0]  # bf16 codes in and out, widened exactly
+    assert got.view(np.uint32).tolist() == [[0x3FC00000, 0xC0000000, 0x40500000, 0xFF810000]]
     assert trnsim.run_kernel(copy_out, y).outputs[0].tolist() == [[0.5, 1.0]]
-    assert seen == [np.float32, np.float32]
+    got = trnsim.run_kernel(copy_out, typed(x, "fp16")).outputs[0]  # another dtype: rounded from float32
+    assert got[0, :3].tolist() == [1.5, -2.0, 3.25] and np.isnan(got[0, 3])
+    assert seen == [ml_dtypes.bfloat16, np.float32, np.float32]
 
 
 def test_error_out_of_psum_banks() -> None:

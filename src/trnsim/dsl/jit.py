@@ -250,7 +250,8 @@ def run_kernel(
         if name is None or a is None or a[2] is None:
             continue
         data = a[2]
-        if data.dtype.kind in "fV" and data.dtype.name not in ("float32", "float64"):
+        if (data.dtype.kind in "fV" and data.dtype.name not in ("float32", "float64")
+                and not (data.dtype.name == "bfloat16" and a[1] == "bf16")):  # bf16 codes are copied as they are
             # NOTE: ml_dtypes' bfloat16/fp8 are kind "V", not "f"
             data = data.astype(np.float32)  # exact for bf16/fp16/fp8; the device's fast paths take fp32
         feed[name] = data
