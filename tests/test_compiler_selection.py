@@ -3,6 +3,8 @@ instruction-level model; other sorts keep the analytic cost; large kernels are s
 
 from __future__ import annotations
 
+from typing import Any
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -53,3 +55,46 @@ def test_many_row_tiles_are_sampled_within_two_percent() -> None:
     sampled = selection.topk_time("trn3", top)
     whole = selection._timed("trn3", top)  # pyright: ignore[reportPrivateUsage]
     assert abs(sampled.seconds - whole.seconds) <= 0.02 * whole.seconds
+
+
+@pytest.mark.parametrize("fn,shape,dtype", [
+    (lambda x: jnp.argmax(x, axis=-1), (300, 77), jnp.float32),
+    (lambda x: jnp.argmin(x, axis=0), (50, 130), jnp.bfloat16),
+    (lambda x: jnp.argmax(x), (1000,), jnp.float16),
+    (lambda x: jax.lax.argmin(x, 1, jnp.int32), (6, 40, 3), jnp.int16),
+])
+def test_argmax_reduce_is_the_argmax_kernel(fn: Any, shape: tuple[int, ...], dtype: Any) -> None:
+    program = _plan(fn, (shape, dtype))
+    kernels = {s.kernel for s in program.plan.steps if "reduce" in s.ops}
+    assert kernels == {"argmax"}
+    (step,) = [s for s in program.plan.steps if "reduce" in s.ops]
+    assert step.busy["vector"] > 0 and step.instructions["vector"] > 0
+    rng = np.random.default_rng(1)
+    x = rng.integers(-3, 4, shape).astype(dtype)   # ties
+    if jnp.issubdtype(dtype, jnp.floating):
+        x[..., 0] = np.nan
+        x.reshape(-1)[::7] = np.nan
+    got = trnsim.jit(fn)(x)
+    assert np.array_equal(np.asarray(got), np.asarray(fn(x)))
+
+
+def test_argmax_time_matches_the_kernel_and_is_sampled_for_many_rows() -> None:
+    program = _plan(lambda x: jnp.argmax(x, axis=-1), ((512, 1000), jnp.float32))
+    (step,) = [s for s in program.plan.steps if "reduce" in s.ops]
+    want = selection.argmax_time("trn3", selection.ArgMax(512, 1000, 1, "fp32", False))
+    assert step.seconds == want.seconds and step.dma_bytes == want.hbm_bytes
+    arg = selection.ArgMax(128 * 48, 256, 1, "fp32", True)
+    sampled = selection.argmax_time("trn3", arg)
+    whole = selection._arg_timed("trn3", arg)  # pyright: ignore[reportPrivateUsage]
+    assert abs(sampled.seconds - whole.seconds) <= 0.02 * whole.seconds
+
+
+@pytest.mark.parametrize("fn,dtype", [
+    (lambda x: jnp.argmax(x, axis=-1), jnp.int32),            # fp32 keys do not hold every int32
+    (lambda x: jax.lax.reduce((x, jax.lax.broadcasted_iota(jnp.int32, x.shape, 1)), (-jnp.inf, 0),
+                              lambda a, b: (jnp.maximum(a[0], b[0]), jnp.minimum(a[1], b[1])), (1,))[1],
+     jnp.float32),                                            # another variadic body
+])
+def test_other_variadic_reduces_keep_the_analytic_cost(fn: Any, dtype: Any) -> None:
+    program = _plan(fn, ((64, 48), dtype))
+    assert {s.kernel for s in program.plan.steps if "reduce" in s.ops} == {"vector_reduce"}

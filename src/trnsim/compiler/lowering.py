@@ -220,6 +220,14 @@ def plan_graph(graph: Graph, ctx: PassContext, machine: costs.Machine) -> Plan:
             cost.busy, cost.instructions = dict(picked.busy), dict(picked.by_engine)
             cost.min_seconds = kernel_seconds = picked.seconds
             kernel_name = "topk"
+        elif kind == "reduce" and (arg := selection.argmax_for(head, consumers, results)) is not None and \
+                (found := _kernel_or_none(partial(selection.argmax_time, machine.target, arg), ctx,
+                                          "argmax_fallbacks")) is not None:
+            # jnp.argmax / argmin whose indices alone are read: the library's argmax kernel
+            cost.busy, cost.instructions = dict(found.busy), dict(found.by_engine)
+            cost.min_seconds = kernel_seconds = found.seconds
+            cost.dma_bytes = found.hbm_bytes
+            kernel_name = "argmax"
         elif kind == "control":
             for region in members[0].regions:
                 fuse(region, ctx)

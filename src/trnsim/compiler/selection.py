@@ -1,10 +1,17 @@
-"""Top-k steps: the sort that ``chlo.top_k`` becomes, lowered to the library's ``topk_kernel``.
+"""Selection steps: the sort that ``chlo.top_k`` becomes, lowered to the library's ``topk_kernel``, and the
+variadic reduce of ``jnp.argmax`` / ``jnp.argmin``, lowered to ``argmax_kernel``.
 
 jaxlib legalizes ``chlo.top_k(x, k)`` (what ``jax.lax.top_k`` emits) into a stable ``sort`` of ``x`` and an
 ``iota`` along the last axis, compared ``GT`` in the total order, and two ``slice``s of the first ``k``
 columns. When every read of such a sort's results is one of those slices, the step is the top-k kernel
 (``trnsim.kernels.selection``: ⌈k/8⌉ rounds of VectorE's max8 / find_index8 / match_replace8 per tile of
 128 rows), timed by the instruction-level model; any other sort keeps the analytic cost (``costs``).
+
+``jnp.argmax(x, axis)`` (and ``lax.argmax``) is a ``reduce`` over ``axis`` of ``(x, iota along axis)`` from
+``(-inf, 0)`` (the lowest integer for integer ``x``) whose body keeps the larger value, a NaN above any number,
+and on equal values the lower index (``_ARG_BODY``); ``argmin`` the same with ``LT`` from ``+inf``. When only
+the indices are read, the step is the argmax kernel (``trnsim.kernels.selection``: one max8 / find_index8 per
+row chunk, VectorE); dtypes whose values fp32 does not hold exactly (32-bit integers) keep the analytic cost.
 
 A kernel of more than ``2 · SAMPLE_TILES`` row tiles is timed on ``SAMPLE_TILES`` and twice as many and
 extrapolated linearly (``kernel_timing.linear_fit``): its tiles repeat the same rounds.
@@ -18,7 +25,7 @@ from functools import lru_cache
 from typing import Any
 
 from trnsim.compiler.kernel_timing import TileTime, extrapolate, linear_fit, time_kernel
-from trnsim.ir.graph import Node
+from trnsim.ir.graph import Graph, Node
 
 DSL_DTYPE = {"f32": "fp32", "bf16": "bf16", "f16": "fp16"}
 PARTITIONS = 128
@@ -98,11 +105,138 @@ def _timed(target: str, top: TopK) -> TileTime:
     return time_kernel(topk_kernel, spec, target=target, k=top.k)
 
 
+# ---- argmax / argmin ----------------------------------------------------------------------------------
+
+INF = float("inf")
+# the dtypes whose values the kernel's fp32 keys hold exactly → (DSL dtype, lowest value, highest value)
+ARG_DTYPES: dict[str, tuple[str, float, float]] = {
+    "f32": ("fp32", -INF, INF), "bf16": ("bf16", -INF, INF), "f16": ("fp16", -INF, INF),
+    "i16": ("int16", -2.0**15, 2.0**15 - 1), "ui16": ("uint16", 0.0, 2.0**16 - 1),
+    "i8": ("int8", -2.0**7, 2.0**7 - 1), "ui8": ("uint8", 0.0, 2.0**8 - 1),
+}
+
+
+@dataclass(frozen=True)
+class ArgMax:
+    """Where the largest (``smallest``: the smallest) of each row ``x[o, :, i]`` of ``x [outer, cols,
+    inner]`` first occurs (``dtype``: the DSL dtype)."""
+
+    outer: int
+    cols: int
+    inner: int
+    dtype: str
+    smallest: bool
+
+    @property
+    def tiles_per_outer(self) -> float:
+        """Row tiles of the kernel per index of ``outer`` (inner = 1: 128 rows of consecutive ``o`` a tile)."""
+        return 1 / PARTITIONS if self.inner == 1 else -(-self.inner // PARTITIONS)
+
+
+Tree = tuple[Any, ...]
+
+
+def _tree(region: Graph) -> list[Tree] | None:
+    """The region's results as expression trees over ``("arg", k)`` leaves (``and``/``or`` operands sorted:
+    they commute), or None for ops other than compare / and / or / select."""
+    trees: dict[int, Tree] = {p.id: ("arg", k) for k, p in enumerate(region.params)}
+    for node in region.nodes:
+        args = [trees.get(v.id) for v in node.inputs]
+        if any(a is None for a in args):
+            return None
+        if node.op == "compare":
+            exact = node.attrs.get("compare_type") != "TOTALORDER"
+            trees[node.out.id] = ("compare", node.attrs.get("comparison_direction"), exact, *args)
+        elif node.op in ("and", "or"):
+            trees[node.out.id] = (node.op, *sorted(args, key=repr))
+        elif node.op == "select":
+            trees[node.out.id] = ("select", *args)
+        else:
+            return None
+    out = [trees.get(v.id) for v in region.results]
+    return None if any(t is None for t in out) else [t for t in out if t is not None]
+
+
+def _arg_body(direction: str) -> list[Tree]:
+    """jax's argmax (``GT``) / argmin (``LT``) combiner over params ``(v0, i0, v1, i1)``::
+
+        wins = v0 ▷ v1 or v0 ≠ v0            (a NaN wins)
+        return select(wins, v0, v1), select(wins or (v0 = v1 and i0 < i1), i0, i1)
+    """
+    v0, i0, v1, i1 = (("arg", k) for k in range(4))
+    wins = ("or", *sorted([("compare", direction, True, v0, v1), ("compare", "NE", True, v0, v0)], key=repr))
+    tie = ("and", *sorted([("compare", "EQ", True, v0, v1), ("compare", "LT", True, i0, i1)], key=repr))
+    return [("select", wins, v0, v1), ("select", ("or", *sorted([wins, tie], key=repr)), i0, i1)]
+
+
+_ARG_BODY = {False: _arg_body("GT"), True: _arg_body("LT")}   # smallest → the body
+
+
+def argmax_for(reduce: Node, consumers: dict[int, list[Node]], results: set[int]) -> ArgMax | None:
+    """The argmax (or argmin) that ``reduce`` computes, if it is jax's form (module docstring) over one
+    dimension and only its indices are read; else None."""
+    if reduce.op != "reduce" or len(reduce.inputs) != 4 or len(reduce.regions) != 1:
+        return None
+    x, index, start, zero = reduce.inputs
+    dims: tuple[int, ...] = tuple(int(d) for d in reduce.attrs.get("dimensions") or ())
+    known = ARG_DTYPES.get(x.type.dtype)
+    if known is None or len(dims) != 1 or x.type.size == 0 or index.type.dtype != "i32":
+        return None
+    d = dims[0]
+    src = index.producer
+    if src is None or src.op != "iota" or src.attrs.get("iota_dimension") != d:
+        return None
+    value, first = reduce.outputs
+    if value.id in results or consumers.get(value.id) or first.type.dtype != "i32":
+        return None
+    body = _tree(reduce.regions[0])
+    smallest = next((s for s, want in _ARG_BODY.items() if body == want), None)
+    if smallest is None or _constant(zero) != 0:
+        return None
+    dtype, lowest, highest = known
+    if _constant(start) != (highest if smallest else lowest):
+        return None
+    shape = x.type.shape
+    return ArgMax(math.prod(shape[:d]), shape[d], math.prod(shape[d + 1:]), dtype, smallest)
+
+
+def _constant(value: Any) -> float | None:
+    """The scalar a constant node gives ``value``, else None."""
+    node = value.producer
+    if node is None or node.op != "constant" or value.type.size != 1:
+        return None
+    return float(node.attrs["value"].reshape(-1)[0])
+
+
+def argmax_time(target: str, arg: ArgMax) -> TileTime:
+    """The argmax kernel's time (timing-only), sampled on ``outer`` when it has many row tiles (the tiles
+    repeat the same work)."""
+    per = arg.tiles_per_outer
+    if arg.outer * per <= 2 * SAMPLE_TILES:
+        return _arg_timed(target, arg)
+    small = max(1, round(SAMPLE_TILES / per))
+    large = 2 * small
+    a = _arg_timed(target, ArgMax(small, arg.cols, arg.inner, arg.dtype, arg.smallest))
+    b = _arg_timed(target, ArgMax(large, arg.cols, arg.inner, arg.dtype, arg.smallest))
+    return extrapolate(a, b, linear_fit(small, large, arg.outer))
+
+
+@lru_cache(maxsize=256)
+def _arg_timed(target: str, arg: ArgMax) -> TileTime:
+    import trnsim
+    from trnsim.kernels.selection import argmax_kernel
+
+    spec: Any = trnsim.TensorSpec((arg.outer, arg.cols, arg.inner), arg.dtype)   # timing only
+    return time_kernel(argmax_kernel, spec, target=target, smallest=arg.smallest)
+
+
 def clear_memo() -> None:
-    """Forget the timed top-k kernels and their traces (``kernel_timing.clear_memo``)."""
-    from trnsim.kernels.selection import topk_kernel
+    """Forget the timed top-k and argmax kernels and their traces (``kernel_timing.clear_memo``)."""
+    from trnsim.kernels.selection import argmax_kernel, topk_kernel
 
     _timed.cache_clear()
-    cache = getattr(topk_kernel, "_cache", None)
-    if isinstance(cache, dict):
-        cache.clear()
+    _arg_timed.cache_clear()
+    for kernel in (topk_kernel, argmax_kernel):
+        cache = getattr(kernel, "_cache", None)
+        if isinstance(cache, dict):
+            cache.clear()

@@ -34,6 +34,8 @@ from trnsim.kernels.rowwise import gelu as gelu
 from trnsim.kernels.rowwise import silu as silu
 from trnsim.kernels.rowwise import softmax as softmax
 from trnsim.kernels.rowwise import softmax_kernel as softmax_kernel
+from trnsim.kernels.selection import argmax as argmax
+from trnsim.kernels.selection import argmax_kernel as argmax_kernel
 from trnsim.kernels.selection import topk as topk
 from trnsim.kernels.selection import topk_kernel as topk_kernel
 from trnsim.kernels.transposes import transpose as transpose
