@@ -9,8 +9,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 import trnsim
+from trnsim import dsl
 from trnsim.compiler import dmagen
 from trnsim.hw import registry
 from trnsim.isa.verify import verify
@@ -381,3 +384,80 @@ def test_reverses_lower_to_dma_kernels_through_negatively_strided_views(shape: t
     kernel = dmagen._kernel()  # pyright: ignore[reportPrivateUsage]
     verify(kernel.compile_specs([(shape, "fp32")], "trn3", {"layout": layout}).program, registry.get("trn3"))
     np.testing.assert_array_equal(trnsim.run_kernel(kernel, x, layout=layout).outputs[0], np.flip(x, dims))
+
+
+# ---- pads with interior and negative padding, a padding value that is data, bools -----------------------
+
+def _lax_pad(x: np.ndarray, value: Any, config: list[tuple[int, int, int]]) -> np.ndarray:
+    return np.asarray(jax.lax.pad(jnp.asarray(x), jnp.asarray(value, x.dtype), config))
+
+
+@settings(max_examples=25, deadline=None)
+@given(shape=st.lists(st.integers(1, 6), min_size=1, max_size=3), data=st.data())
+def test_pads_with_interior_and_negative_padding_fill_and_copy_exactly(shape: list[int], data: st.DataObject) -> None:
+    """Every element lands at ``low + k·(interior + 1)``, cut where ``low``/``high`` are negative; the holes
+    and edges hold the value (disjoint fills through strided views)."""
+    config = [(data.draw(st.integers(-n, 3)), data.draw(st.integers(-n, 3)), data.draw(st.integers(0, 2)))
+              for n in shape]
+    assume(all(lo + (n - 1) * (it + 1) + 1 + hi > 0 for n, (lo, hi, it) in zip(shape, config, strict=True)))
+    x = np.arange(1, np.prod(shape) + 1, dtype=np.float32).reshape(shape)
+    want = _lax_pad(x, -1.5, config)
+    layout = dmagen.Layout("pad", tuple(shape), "fp32", low=tuple(c[0] for c in config),
+                           high=tuple(c[1] for c in config), interior=tuple(c[2] for c in config), value=-1.5)
+    kernel = dmagen._kernel()  # pyright: ignore[reportPrivateUsage]
+    np.testing.assert_array_equal(trnsim.run_kernel(kernel, x, layout=layout).outputs[0], want)
+
+
+def test_jitted_interior_and_negative_pads_are_generated_dma_kernels() -> None:
+    x = np.arange(4 * 6, dtype=np.float32).reshape(4, 6)
+    config = [(1, -2, 1), (-1, 2, 2)]
+    program = _program(lambda v: jax.lax.pad(v, np.float32(7.0), config), x)
+    (step,) = program.plan.steps
+    assert step.kernel == "generated_dma"
+    layout = dmagen.layout_for(program.graph.nodes[step.nodes[0]])
+    assert layout is not None and layout.interior == (1, 2) and layout.value == 7.0
+    kernel = dmagen._kernel()  # pyright: ignore[reportPrivateUsage]
+    np.testing.assert_array_equal(trnsim.run_kernel(kernel, x, layout=layout).outputs[0], _lax_pad(x, 7.0, config))
+
+
+@pytest.mark.parametrize(("dtype", "value"), [("fp32", float("nan")), ("int32", -2**31), ("int32", 2**30 + 7),
+                                              ("uint8", 200), ("fp16", -0.0), ("bf16", float("inf"))])
+def test_a_padding_value_that_is_data_is_loaded_and_copied_exactly(dtype: str, value: float) -> None:
+    """``pad(x, v)`` with ``v`` an argument: DMA'd to every partition, then widened by an engine copy that
+    gives every code back (4-byte values as fp32, 2-byte as bf16)."""
+    import ml_dtypes
+
+    kind: Any = {"fp32": np.float32, "int32": np.int32, "uint8": np.uint8, "fp16": np.float16,
+                 "bf16": ml_dtypes.bfloat16}[dtype]
+    x = np.arange(12).reshape(3, 4).astype(kind)
+    v = np.array([value]).astype(kind)
+    config = [(1, 0, 1), (2, -1, 0)]
+    program = trnsim.compile(jax.jit(lambda a, b: jax.lax.pad(a, b[0], config)).lower(x, v), cache=False)
+    (step,) = [s for s in program.plan.steps if s.ops == ["pad"]]
+    assert step.kernel == "generated_dma"
+    layout = dmagen.layout_for(program.graph.nodes[step.nodes[0]])
+    assert layout is not None and layout.others == ((1,),)
+    kernel = dmagen._kernel()  # pyright: ignore[reportPrivateUsage]
+    got = trnsim.run_kernel(kernel, dsl.typed(x, dtype), dsl.typed(v, dtype), layout=layout).outputs[0]
+    want = _lax_pad(x, v[0], config)
+    assert np.array_equal(np.asarray(got).astype(kind).view(np.uint8), want.view(np.uint8))
+
+
+def test_bools_move_as_bytes() -> None:
+    """A reverse, a pad and a slice of a bool tensor are generated DMA kernels (each bool one byte)."""
+    x = np.random.default_rng(0).random((5, 7)) < 0.5
+    program = _program(lambda v: (jax.lax.rev(v, (1,)), jax.lax.pad(v, True, [(1, 0, 1), (0, 2, 0)]), v[1:4]), x)
+    assert {s.kernel for s in program.plan.steps} == {"generated_dma"}
+    kernel = dmagen._kernel()  # pyright: ignore[reportPrivateUsage]
+    for step, want in zip(program.plan.steps, (np.flip(x, 1), _lax_pad(x, True, [(1, 0, 1), (0, 2, 0)]), x[1:4]),
+                          strict=True):
+        layout = dmagen.layout_for(program.graph.nodes[step.nodes[0]])
+        assert layout is not None and layout.dtype == "uint8"
+        got = trnsim.run_kernel(kernel, dsl.typed(x.astype(np.uint8), "uint8"), layout=layout).outputs[0]
+        np.testing.assert_array_equal(np.asarray(got).astype(bool), want)
+
+
+def test_a_large_int32_constant_fill_is_set_through_its_fp32_bits() -> None:
+    layout = dmagen.Layout("fill", (70, 33), "int32", value=float(-2**31 + 5))
+    filled = trnsim.run_kernel(dmagen._kernel(), np.zeros((1,), np.int32), layout=layout).outputs[0]  # pyright: ignore[reportPrivateUsage]
+    np.testing.assert_array_equal(filled, np.full((70, 33), -2**31 + 5, np.int32))

@@ -63,6 +63,16 @@ def _values(program: trnsim.CompiledProgram, args: list[np.ndarray]) -> dict[int
 
 def _check_step(program: trnsim.CompiledProgram, args: list[np.ndarray], step: int, rtol: float) -> tilegen.Recipe:
     """Run the step's generated kernel on the functional simulator; compare with the interpreter."""
+    recipe, pairs = _run_step(program, args, step)
+    for got, want in pairs:
+        np.testing.assert_allclose(np.asarray(got, np.float64).reshape(-1)[:want.size], want.astype(np.float64),
+                                   rtol=rtol, atol=rtol)
+    return recipe
+
+
+def _run_step(program: trnsim.CompiledProgram, args: list[np.ndarray],
+              step: int) -> tuple[tilegen.Recipe, list[tuple[np.ndarray, np.ndarray]]]:
+    """The step's recipe and, per output, (the generated kernel's result, the interpreter's value), flat."""
     graph = program.graph
     nodes = [graph.nodes[i] for i in program.plan.steps[step].nodes]
     produced = {v.id for n in nodes for v in n.outputs}
@@ -83,10 +93,8 @@ def _check_step(program: trnsim.CompiledProgram, args: list[np.ndarray], step: i
     kernel_args = [np.asarray(env[v.id]).astype(np.uint8 if v.type.dtype == "i1" else env[v.id].dtype).reshape(shape)
                    for v, shape in zip(sources, tilegen.input_shapes(recipe), strict=True)]
     result = trnsim.run_kernel(tilegen.kernel(), *kernel_args, recipe=recipe)
-    for got, v in zip(result.outputs, outputs, strict=True):
-        want = np.asarray(env[v.id]).astype(np.float64).reshape(-1)
-        np.testing.assert_allclose(np.asarray(got, np.float64).reshape(-1)[:want.size], want, rtol=rtol, atol=rtol)
-    return recipe
+    return recipe, [(np.asarray(got).reshape(-1), np.asarray(env[v.id]).reshape(-1))
+                    for got, v in zip(result.outputs, outputs, strict=True)]
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
@@ -763,3 +771,100 @@ def test_elementwise_groups_of_a_size_128_does_not_divide_run_in_rows(shape: tup
     assert step.kernel == "generated_elementwise"
     recipe = _check_step(program, [w, g], 0, 2e-7)
     assert recipe.cols == shape[-1]
+
+
+def _exact(fn, *args: np.ndarray) -> list[tilegen.Recipe]:  # type: ignore[no-untyped-def]
+    """Compile ``fn``; every step must be generated, and its kernel on the simulator must give the interpreter's
+    values bit for bit (signed zeros and NaNs included)."""
+    program = _compile(fn, *args)
+    assert all(s.kernel != "fused_elementwise" for s in program.plan.steps), [s.ops for s in program.plan.steps]
+    recipes = []
+    for step in (s.index for s in program.plan.steps if s.kernel == "generated_elementwise"):
+        recipe, pairs = _run_step(program, list(args), step)
+        recipes.append(recipe)
+        for got, want in pairs:
+            got = got[:want.size].astype(want.dtype if want.dtype != np.bool_ else np.uint8)
+            if want.dtype.kind == "f" or want.dtype == jnp.bfloat16:
+                g, w = got.astype(np.float32), want.astype(np.float32)
+                np.testing.assert_array_equal(g, w)
+                np.testing.assert_array_equal(np.signbit(g), np.signbit(w))
+            else:
+                np.testing.assert_array_equal(got.astype(np.int64), want.astype(np.int64))
+    assert recipes
+    return recipes
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "int32", "int8", "uint16", "bool"])
+def test_a_group_of_scalars_is_one_column_and_exact(dtype: str) -> None:
+    """A compare of two 0-d values (the conformance corpus's ``eq_*`` files): a [1, 1] space."""
+    a, b = np.asarray(3, dtype), np.asarray(1 if dtype == "bool" else 5, dtype)
+    for fn in (lambda a, b: a == b, lambda a, b: a >= b, lambda a, b: a < b):
+        (recipe,) = _exact(fn, a, b)
+        assert recipe.elements == 1
+
+
+_EDGES: dict[str, list[int]] = {
+    "int8": [-128, -127, -1, 0, 1, 2, 5, 127], "int16": [-32768, -300, -1, 0, 1, 7, 300, 32767],
+    "uint8": [0, 1, 2, 5, 127, 128, 200, 255], "uint16": [0, 1, 7, 300, 32768, 40000, 65534, 65535],
+    "uint32": [0, 1, 7, 300, 65536, 70000, (1 << 23) - 1, 1 << 22],     # sums below 2**24
+}
+
+
+def _pairs(dtype: str) -> tuple[np.ndarray, np.ndarray]:
+    """Every pair of a dtype's edge values, as two [8, 16] arrays (64 pairs, twice)."""
+    e = np.asarray(_EDGES[dtype], np.int64)
+    a, b = np.meshgrid(e, e)
+    return tuple(np.tile(m.reshape(-1), 2).reshape(8, 16).astype(dtype) for m in (a, b))  # type: ignore[return-value]
+
+
+@pytest.mark.parametrize("dtype", list(_EDGES))
+def test_narrow_integers_wrap_as_stablehlo_and_compute_exactly(dtype: str) -> None:
+    """int8/int16/uint8/uint16/uint32: sums, differences, products and negations wrap modulo 2**bits (an ISA
+    write would saturate: 127 + 1 = -128, 3 - 5 = 254 in uint8, -(-128) = -128); the others stay in range."""
+    a, b = _pairs(dtype)
+    wide = dtype in ("int16", "uint16", "uint32")
+    small = (a % 2048).astype(dtype) if wide else a      # 16- and 32-bit products exact below 2**24 only
+    signed = np.dtype(dtype).kind == "i"
+    recipes = _exact(lambda a, b, s: (a + b, a - b, s * (b % 2048) if wide else s * b,
+                                      jnp.maximum(a, b), jnp.minimum(a, b), a & b, a | b, a ^ b, ~a,
+                                      jnp.where(a > b, a, b), jnp.clip(a, b, jnp.asarray(100, dtype)),
+                                      -a, *((jnp.abs(a), jnp.sign(a)) if signed else ())),
+                     a, b, small)
+    assert any(s[0] == "wrap" for r in recipes for s in r.steps)
+
+
+@pytest.mark.parametrize("dtype", ["int8", "int32", "uint8", "uint16"])
+def test_integer_division_truncates_and_divisions_by_zero_are_stablehlo_s(dtype: str) -> None:
+    """``-5 / 3 = -1`` (an fp32 quotient converted would round to -2), ``x / 0 = -1`` (all ones), ``x % 0 = x``,
+    ``INT_MIN / -1 = INT_MIN`` (wrapped), remainders take the dividend's sign."""
+    edges = {"int8": [-128, -7, -5, -1, 0, 1, 3, 127], "int32": [-(1 << 20), -7, -5, -1, 0, 1, 3, 1 << 20],
+             "uint8": [0, 1, 2, 3, 5, 7, 128, 255], "uint16": [0, 1, 3, 7, 300, 40000, 65534, 65535]}
+    e = np.asarray(edges[dtype], np.int64)
+    a, b = (m.reshape(4, 16).astype(dtype) for m in np.meshgrid(e, e))
+    _exact(lambda a, b: (jax.lax.div(a, b), jax.lax.rem(a, b), jax.lax.div(a, jnp.asarray(3, dtype)),
+                         jax.lax.rem(a, jnp.asarray(3, dtype))), a, b)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+def test_floor_ceil_round_sign_and_remainder_of_floats_are_exact(dtype: str) -> None:
+    """Signed zeros (``floor(-0) = -0``, ``ceil(-0.5) = -0``, ``round(-0.4) = -0``), halves to even, infinities,
+    NaN, values that are integers already and the smallest subnormal's sign."""
+    values = [0.0, -0.0, 0.5, -0.5, 1.5, 2.5, -2.5, 0.49999997, -0.49999997, 1.0, -3.0, 3.7, -3.7, 1e-45, -1e-45,
+              np.inf, -np.inf, np.nan, 4194305.5, 8388609.0, -16777216.0, 1e30, -1e30, 123.25]
+    x = np.resize(np.asarray(values, np.float32), 8 * 16).reshape(8, 16)
+    with np.errstate(over="ignore"):
+        x = x.astype(dtype)                              # 1e30 is an infinity in float16
+    y = np.resize(np.asarray([3.0, -3.0, 0.5, -0.0, 0.0, np.inf, 1.25, 7.0], np.float32), x.size).reshape(x.shape)
+    y = y.astype(dtype)
+    _exact(lambda x, y: (jnp.floor(x), jnp.ceil(x), jnp.round(x), jnp.sign(x), jnp.fmod(x, y)), x, y)
+
+
+@pytest.mark.parametrize("out", ["int8", "int32", "uint8", "uint16", "bool"])
+def test_conversions_to_integers_truncate_saturate_and_wrap(out: str) -> None:
+    """Floats convert toward zero, saturating, NaN to 0 (the ISA's write alone rounds half to even); integers
+    into a narrower type keep the low bits; anything into i1 is ``!= 0``."""
+    f = np.resize(np.asarray([0.5, -0.5, 1.5, -1.5, 2.7, -2.7, 127.9, 128.5, -129.0, 255.5, 1e10, -1e10, np.inf,
+                              -np.inf, np.nan, 3.0], np.float32), 128).reshape(8, 16)
+    i = np.resize(np.asarray([0, 1, -1, 127, 128, 255, 256, -129, 65535, 65536, -32769, 1 << 20, -(1 << 20), 300,
+                              -300, 7], np.int32), 128).reshape(8, 16)
+    _exact(lambda f, i: (f.astype(out), i.astype(out)), f, i)

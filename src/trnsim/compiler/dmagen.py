@@ -8,10 +8,13 @@ order) is a batch of 2-D transposes through ``.T`` views, which take the DMA-tra
 axis elsewhere (``[s, h, d] → [h, d, s]``): a 2-D transpose per index of the other axes. Any other
 permutation is one copy through the permuted view (element-sized descriptors: slow, as it would be on the
 chip). A slice is a copy through a strided view, split the same way, and a reverse one through a view with
-negative strides; a concatenation copies each input into its slab of the result; a pad copies the input
-into the interior and fills the padding slabs from a constant SBUF tile, and a constant broadcast into a
-tensor is such a fill alone. The kernels are traced once per shape and timed in timing-only mode; on the
-functional simulator they move the data exactly (tested).
+negative strides; a concatenation copies each input into its slab of the result; a pad copies the input's
+kept elements through a strided view of the result (interior padding: a step of ``interior + 1``; negative
+edge padding: a slice of the input) and fills the rest, disjoint boxes and strided holes, from a constant
+SBUF tile (memset, or a padding value that is data: DMA'd to every partition and widened by an engine copy
+that gives every code back), and a constant broadcast into a tensor is such a fill alone. Bools move as
+their bytes. The kernels are traced once per shape and timed in timing-only mode; on the functional
+simulator they move the data exactly (tested).
 
 Gathers and scatter-adds have two DMA forms. Row lookups of a ``[V, D]`` table and their gradient are the
 kernel library's embedding kernels (``Lookup``). One element per row along any axis (cross-entropy's
@@ -29,6 +32,7 @@ from math import prod
 from typing import Any
 
 from trnsim.ir.graph import Node, Value
+from trnsim.isa.dtypes import get_dtype
 
 QUEUES = 16
 MAX_INPUTS = 8
@@ -36,6 +40,8 @@ FILL_COLS = 4096          # the constant tile a pad fills from: [128, 4096] elem
 MAX_DMAS = 512            # batched 2-D transposes beyond this many are timed on a sample and scaled
 DSL_DTYPE: dict[str, str] = {"f32": "fp32", "bf16": "bf16", "f16": "fp16", "i32": "int32", "ui32": "uint32",
                              "i16": "int16", "ui16": "uint16", "i8": "int8", "ui8": "uint8"}
+LAYOUT_DTYPE: dict[str, str] = {**DSL_DTYPE, "i1": "uint8"}   # moving data: a bool is its byte (0 or 1)
+COPY_AS: dict[int, str] = {4: "fp32", 2: "bf16", 1: "uint8"}   # engine copies that give every code back, by size
 
 
 @dataclass(frozen=True)
@@ -49,10 +55,12 @@ class Layout:
     start: tuple[int, ...] = ()               # slice
     limit: tuple[int, ...] = ()
     stride: tuple[int, ...] = ()
-    low: tuple[int, ...] = ()                 # pad: edge padding (no interior), and the fill value
+    low: tuple[int, ...] = ()                 # pad: edge padding (negative: cut), interior padding, fill value
     high: tuple[int, ...] = ()
+    interior: tuple[int, ...] = ()
     value: float = 0.0
-    others: tuple[tuple[int, ...], ...] = ()  # concatenate: the shapes of the inputs after the first
+    others: tuple[tuple[int, ...], ...] = ()  # concatenate: the shapes of the inputs after the first; pad: ((1,),)
+                                              # when the fill value is the kernel's second input (data)
     axis: int = 0
     dims: tuple[int, ...] = ()                # reverse: the reversed dimensions
 
@@ -61,28 +69,30 @@ def layout_for(node: Node) -> Layout | None:
     """The generated form of a transpose, slice, reverse, pad or concatenate node, or None (other ops, dtypes
     or 0-d tensors)."""
     x = node.inputs[0].type if node.inputs else None
-    if x is None or x.rank == 0 or x.dtype not in DSL_DTYPE or x.size == 0:
+    if x is None or x.rank == 0 or x.dtype not in LAYOUT_DTYPE or x.size == 0:
         return None
     if node.op == "transpose":
-        return Layout("transpose", x.shape, DSL_DTYPE[x.dtype], perm=tuple(node.attrs["permutation"]))
+        return Layout("transpose", x.shape, LAYOUT_DTYPE[x.dtype], perm=tuple(node.attrs["permutation"]))
     if node.op == "reverse":
-        return Layout("reverse", x.shape, DSL_DTYPE[x.dtype], dims=tuple(sorted(node.attrs["dimensions"])))
+        return Layout("reverse", x.shape, LAYOUT_DTYPE[x.dtype], dims=tuple(sorted(node.attrs["dimensions"])))
     if node.op == "slice":
         a = node.attrs
-        return Layout("slice", x.shape, DSL_DTYPE[x.dtype], start=tuple(a["start_indices"]),
+        return Layout("slice", x.shape, LAYOUT_DTYPE[x.dtype], start=tuple(a["start_indices"]),
                       limit=tuple(a["limit_indices"]), stride=tuple(a["strides"]))
     if node.op == "pad":
         a = node.attrs
+        dtype = LAYOUT_DTYPE[x.dtype]
         fill = node.inputs[1].producer
-        if any(a["interior_padding"]) or min((*a["edge_padding_low"], *a["edge_padding_high"])) < 0 or \
-                fill is None or fill.op != "constant":
+        value = _fill_value(fill) if fill is not None and fill.op == "constant" else None
+        if node.out.type.size == 0 or (fill is not None and fill.op == "constant" and value is None):
             return None
-        return Layout("pad", x.shape, DSL_DTYPE[x.dtype], low=tuple(a["edge_padding_low"]),
-                      high=tuple(a["edge_padding_high"]), value=float(fill.attrs["value"].reshape(-1)[0]))
+        return Layout("pad", x.shape, dtype, low=tuple(a["edge_padding_low"]), high=tuple(a["edge_padding_high"]),
+                      interior=tuple(a["interior_padding"]), value=value or 0.0,
+                      others=((1,),) if value is None else ())
     if node.op == "concatenate" and 1 < len(node.inputs) <= MAX_INPUTS and \
             all(v.type.dtype == x.dtype for v in node.inputs):
-        return Layout("concatenate", x.shape, DSL_DTYPE[x.dtype], others=tuple(v.type.shape for v in node.inputs[1:]),
-                      axis=int(node.attrs["dimension"]))
+        return Layout("concatenate", x.shape, LAYOUT_DTYPE[x.dtype],
+                      others=tuple(v.type.shape for v in node.inputs[1:]), axis=int(node.attrs["dimension"]))
     return None
 
 
@@ -95,9 +105,26 @@ def fill_for(nodes: list[Node]) -> Layout | None:
     source = node.inputs[0].producer
     out = node.out.type
     if source is None or source.op != "constant" or node.inputs[0].type.size != 1 or out.rank == 0 or \
-            out.dtype not in DSL_DTYPE or out.size == 0:
+            out.dtype not in LAYOUT_DTYPE or out.size == 0:
         return None
-    return Layout("fill", out.shape, DSL_DTYPE[out.dtype], value=float(source.attrs["value"].reshape(-1)[0]))
+    value = _fill_value(source)
+    return Layout("fill", out.shape, LAYOUT_DTYPE[out.dtype], value=value) if value is not None else None
+
+
+def _fill_value(constant: Node) -> float | None:
+    """The scalar ``constant`` as the float a memset takes, or None when the memset would not give its bits
+    back (memset rounds through fp32: a NaN with another payload; a 4-byte integer whose bits are an fp32
+    NaN's, ``_memset``)."""
+    import numpy as np
+
+    raw = np.asarray(constant.attrs["value"]).reshape(-1)[:1]
+    value = float(raw[0])
+    if raw.dtype.kind in "iub":   # beyond 2**24, a 4-byte integer is memset as the fp32 of its bits
+        return value if abs(value) <= 2**24 or (raw.dtype.itemsize == 4 and not np.isnan(_as_fp32(value))) else None
+    if np.isnan(value):
+        canonical = np.asarray([np.float32("nan")]).astype(raw.dtype)
+        return value if raw.tobytes() == canonical.tobytes() else None
+    return value
 
 
 def _kernel() -> Any:
@@ -135,14 +162,22 @@ def _kernel() -> Any:
             return out
         if layout.op == "fill":
             out = dsl.hbm_tensor(layout.shape, x.dtype, name="out")
-            _fill(out, dsl.full((128, FILL_COLS), layout.value, x.dtype), copy)
+            _fill(out, _memset(dsl.sbuf((128, FILL_COLS), x.dtype), layout.value), copy)
             return out
         if layout.op == "pad":
-            shape = tuple(lo + n + hi for lo, n, hi in zip(layout.low, x.shape, layout.high, strict=True))
-            out = dsl.hbm_tensor(shape, x.dtype, name="out")
-            spread(out[tuple(slice(lo, lo + n) for lo, n in zip(layout.low, x.shape, strict=True))], x)
-            constant = dsl.full((128, FILL_COLS), layout.value, x.dtype)
-            for region in _pad_regions(layout.low, x.shape, layout.high):
+            plan = _pad_plan(layout)
+            out = dsl.hbm_tensor(plan.shape, x.dtype, name="out")
+            if plan.dst is not None:
+                spread(out[plan.dst], x[plan.src])
+            if x1 is None:
+                constant = _memset(dsl.sbuf((128, FILL_COLS), x.dtype), layout.value)
+            else:   # the value is data: DMA it to every partition, then an exact copy along the free axis
+                one = dsl.sbuf((128, 1), x.dtype)
+                dsl.load(one, x1.broadcast_to((128, 1)))
+                constant = dsl.sbuf((128, FILL_COLS), x.dtype)
+                exact = COPY_AS[get_dtype(x.dtype).itemsize]
+                dsl.copy(one.bitcast(exact).broadcast_to((128, FILL_COLS)), out=constant.bitcast(exact))
+            for region in plan.regions:
                 _fill(out[region], constant, copy)
             return out
 
@@ -192,19 +227,65 @@ def _slabs(layout: Layout) -> int:
     return prod(n for d, n in enumerate(layout.shape) if d not in (layout.perm[-1], rank - 1))
 
 
-def _pad_regions(low: tuple[int, ...], shape: tuple[int, ...], high: tuple[int, ...]) -> list[tuple[slice, ...]]:
-    """Boxes covering the padding of a padded tensor, disjoint: for each dim, the low and high slabs with the
-    earlier dims restricted to their interior."""
+def _as_fp32(value: float) -> float:
+    """The fp32 whose 4 bytes are the 32-bit integer ``value`` (two's complement when negative)."""
+    import numpy as np
+
+    return float(np.array([int(value) % 2**32], np.uint32).view(np.float32)[0])
+
+
+def _memset(tile: Any, value: float) -> Any:
+    """``tile`` filled with ``value``: memset rounds through fp32, so a 4-byte integer beyond 2**24 is set as
+    the fp32 of its bits on the tile viewed as fp32 (``_fill_value`` keeps NaN bit patterns out)."""
+    from trnsim import dsl
+
+    if tile.dtype in ("int32", "uint32") and abs(value) > 2**24:
+        dsl.memset(tile.bitcast("fp32"), _as_fp32(value))
+    else:
+        dsl.memset(tile, value)
+    return tile
+
+
+@dataclass(frozen=True)
+class PadPlan:
+    """How a pad kernel writes its output: ``out[dst] = x[src]`` (None: no element of x is kept), then the
+    padding value into ``regions``, disjoint boxes (strided where interior padding leaves holes)."""
+
+    shape: tuple[int, ...]
+    src: tuple[slice, ...]
+    dst: tuple[slice, ...] | None
+    regions: list[tuple[slice, ...]]
+
+
+def _pad_plan(layout: Layout) -> PadPlan:
+    """StableHLO ``pad``: along each dim, element ``k`` of x lands at ``low + k · (interior + 1)`` of an
+    output of ``low + (n - 1) · (interior + 1) + 1 + high``; negative ``low``/``high`` cut elements off.
+    The padding is, for each dim d, the positions of d outside the kept elements' progression (before it,
+    after it, and the holes of each interior offset) with the earlier dims on their progressions."""
+    interior = layout.interior or (0,) * len(layout.shape)
+    shape: list[int] = []
+    kept: list[tuple[int, int, int]] = []      # per dim: (first output position, count, step)
+    src: list[slice] = []
+    for lo, n, hi, it in zip(layout.low, layout.shape, layout.high, interior, strict=True):
+        step = it + 1
+        size = lo + (n - 1) * step + 1 + hi
+        first = max(0, -(lo // step))          # the first k whose position lo + k·step is ≥ 0
+        last = min(n - 1, (size - 1 - lo) // step)
+        shape.append(size)
+        kept.append((lo + first * step, last - first + 1, step))
+        src.append(slice(first, last + 1))
+    if any(count <= 0 for _, count, _ in kept):
+        return PadPlan(tuple(shape), tuple(src), None, [tuple(slice(0, n) for n in shape)])
+    on = [slice(p, p + (count - 1) * step + 1, step) for p, count, step in kept]
     regions: list[tuple[slice, ...]] = []
-    for d in range(len(shape)):
-        inner = [slice(lo, lo + n) for lo, n in zip(low[:d], shape[:d], strict=True)]
+    for d, ((p, count, step), size) in enumerate(zip(kept, shape, strict=True)):
+        end = p + (count - 1) * step + 1
+        pieces = [slice(0, p)] if p else []
+        pieces += [slice(end, size)] if end < size else []
+        pieces += [slice(p + j, p + j + (count - 2) * step + 1, step) for j in range(1, step)] if count > 1 else []
         rest = [slice(None)] * (len(shape) - d - 1)
-        if low[d]:
-            regions.append((*inner, slice(0, low[d]), *rest))
-        if high[d]:
-            start = low[d] + shape[d]
-            regions.append((*inner, slice(start, start + high[d]), *rest))
-    return regions
+        regions += [(*on[:d], piece, *rest) for piece in pieces]
+    return PadPlan(tuple(shape), tuple(src), tuple(on), regions)
 
 
 def _fill(view: Any, constant: Any, copy: Any) -> None:

@@ -4,6 +4,7 @@ over the leading axes (TensorE); a group that fits none of it has no recipe (pac
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from math import prod
 from typing import Any
 
@@ -14,7 +15,9 @@ from trnsim.compiler.tilegen.recipe import (
     CMP,
     DSL_DTYPE,
     EXACT_INDEX,
+    FLOATS,
     IDENTITY,
+    INT_RANGE,
     KEEP_BYTES,
     MAX_INPUTS,
     MAX_LEAD_COLS,
@@ -23,6 +26,8 @@ from trnsim.compiler.tilegen.recipe import (
     PARTITIONS,
     PSUM_COLS,
     REDUCE,
+    WRAP,
+    WRAPPING,
     Recipe,
     Ref,
     Step,
@@ -80,7 +85,8 @@ def _layout(nodes: list[Node], n: int) -> tuple[int, tuple[int, ...]] | None:
     """``(cols, shape)`` of the iteration space: cols 0 for the flat layout; None if neither fits."""
     full = [v for nd in nodes for v in (*nd.inputs, *nd.outputs) if v.type.size == n and v.type.rank]
     if not full:
-        return None
+        # a group of scalars (a compare of two 0-d values): one row of one column, each value a [1, 1] column
+        return (1, (1,)) if n == 1 else None
     middles = {m for nd in nodes if (m := _middle(nd)) is not None}
     if middles:
         # NOTE: a middle-axis reduction makes the rows: [outer, R · inner] with its results [outer, inner];
@@ -144,6 +150,11 @@ def _unchanged(op: str, operands: tuple[Ref, ...], dtype: str) -> Ref | None:
     if op == "select" and dtype == "i1" and operands[1:] == (("imm", 1.0), ("imm", 0.0)):
         return operands[0]               # the mask itself (0/1 bytes)
     return None
+
+
+# compare types whose order is the values' numeric order, as VectorE compares them in fp32 (integers exactly below
+# 2**24); TOTALORDER is that order on integers only (on floats it also orders -0 < +0 and the NaNs)
+_COMPARE_TYPES = frozenset({"FLOAT", "SIGNED", "UNSIGNED"})
 
 
 def _scaling(node: Node) -> str:
@@ -344,9 +355,20 @@ class _Builder:
             return None                  # a reduced result broadcast back (a leading-axis one is ready only after
                                          # the loop; a middle-axis one has rows of another width)
         if node.op == "convert":
-            if kinds[0] == "imm" or node.inputs[0].type.dtype == out_t.dtype:
+            src = node.inputs[0].type.dtype
+            if kinds[0] == "imm" or src == out_t.dtype:
                 return operands[0]
-            ref = self.push(("copy", "copy", operands, dt), kinds[0])
+            if (out_t.dtype == "i1" or src in FLOATS or src not in INT_RANGE or out_t.dtype not in INT_RANGE or
+                    _contains(out_t.dtype, src)) and (src not in FLOATS or out_t.dtype in FLOATS):
+                step: Step = ("alu", "ne", (operands[0], ("imm", 0.0)), dt) if out_t.dtype == "i1" else \
+                    ("copy", "copy", operands, dt)      # a float, or an integer into a wider type: exact
+            elif src not in FLOATS:
+                step = ("wrap", WRAP[out_t.dtype], operands, dt)    # an integer into a narrower one wraps
+            elif kinds[0] in ("red", "mid", "late"):
+                return None
+            else:
+                return self.truncated(operands[0], out_t.dtype, dt, kinds[0])
+            ref = self.push(step, kinds[0])
             if kinds[0] == "red":
                 self.red_shape[ref] = self.red_shape[operands[0]]
             return ref
@@ -372,13 +394,23 @@ class _Builder:
             result = "vec"
         else:
             result = "col" if "col" in tiles else "sc"
+        composed = _COMPOSED.get((node.op, out_t.dtype in FLOATS))
+        if composed is not None:
+            if result not in ("full", "vec", "col", "sc"):
+                return None
+            return composed(self, operands, out_t.dtype, result)
+        wraps = out_t.dtype in WRAPPING.get(node.op, ())
+        if wraps and result not in ("full", "vec", "col", "sc"):
+            return None
+        work = "int32" if wraps else dt     # made exactly in int32, then its low bits kept (recipe.WRAP)
         if node.op in ALU:
-            step: Step = ("alu", ALU[node.op], operands, dt)
-        elif node.op in BITWISE and out_t.dtype in ("i1", "i32"):
+            step: Step = ("alu", ALU[node.op], operands, work)
+        elif node.op in BITWISE and out_t.dtype in INT_RANGE:
             step = ("alu", BITWISE[node.op], operands, dt)
         elif node.op in ACT:
-            step = ("act", ACT[node.op], operands, dt)
-        elif node.op == "compare" and node.attrs.get("compare_type", "FLOAT") in ("FLOAT", "TOTALORDER", "SIGNED"):
+            step = ("act", ACT[node.op], operands, work)
+        elif node.op == "compare" and (node.attrs.get("compare_type", "FLOAT") in _COMPARE_TYPES or
+                                       node.inputs[0].type.dtype not in ("f32", "bf16", "f16")):
             step = ("alu", CMP[node.attrs["comparison_direction"]], operands, dt)
         elif node.op == "select":
             if kinds[0] == "imm" or (any(k in ("col", "sc") for k in kinds) and result in ("full", "vec", "mid")):
@@ -426,7 +458,30 @@ class _Builder:
         ref = self.push(step, result)
         if result == "red":
             self.red_shape[ref] = next(self.red_shape[o] for o in operands if o[0] != "imm")
-        return ref
+        return self.push(("wrap", WRAP[out_t.dtype], (ref,), dt), result) if wraps else ref
+
+    # ---- ops made of several instructions (``_COMPOSED``) -----------------------------------------------
+    def alu(self, op: str, a: Ref, b: Ref | float, dt: str, result: str) -> Ref:
+        return self.push(("alu", op, (a, ("imm", float(b)) if isinstance(b, (int, float)) else b), dt), result)
+
+    def truncated(self, x: Ref, out: str, dt: str, result: str) -> Ref:
+        """A float converted to an integer type: toward zero, saturating, NaN to 0 (``convert``). Clamped
+        just outside the type's range (infinities become finite), ``x - fmod(x, 1)`` is the integer part
+        exactly (fmod is exact, and so is the difference); the write saturates and maps NaN to 0."""
+        lo, hi = INT_RANGE[out]
+        clamped = self.alu("min", self.alu("max", x, lo - 1.0, "fp32", result), hi + 1.0, "fp32", result)
+        return self.alu("sub", clamped, self.alu("mod", clamped, 1.0, "fp32", result), dt, result)
+
+    def floored(self, x: Ref, dt: str, result: str) -> Ref:
+        """``floor(x) = x - g``, ``g = f + (f < 0)`` for ``f = fmod(x, 1)`` of ``x`` clamped to ±2**24 (where
+        every float is an integer: infinities keep ``f = 0``). ``x - f`` is exact; for ``f < 0``, ``|x| <
+        2**23`` and ``g`` in (0, 1] is off by at most 2**-25, under half an ulp of the result (|floor| >= 1).
+        Signs: ``-0 - (+0) = -0``, and ``x - x = +0`` for ``x`` in [0, 1)."""
+        clamped = self.alu("min", self.alu("max", x, -2.0 ** 24, "fp32", result), 2.0 ** 24, "fp32", result)
+        f = self.alu("mod", clamped, 1.0, "fp32", result)
+        g = self.alu("add", f, self.alu("lt", f, 0.0, "fp32", result), "fp32", result)
+        return self.alu("sub", x, g, dt, result)
+
 
     def grouped(self, node: Node) -> tuple[str, str, int] | None:
         """(step kind, element format, 0 for groups along a row | 1 for groups down 32 rows) of a ``qdq`` with
@@ -654,6 +709,100 @@ class _Builder:
         if k == "mid" and v.type.size == self.rows * self.inner:
             return ref, dt, "mid", (self.rows, self.inner)
         return None
+
+
+def _contains(wide: str, narrow: str) -> bool:
+    """Whether every value of integer type ``narrow`` is one of ``wide``."""
+    return INT_RANGE[wide][0] <= INT_RANGE[narrow][0] and INT_RANGE[narrow][1] <= INT_RANGE[wide][1]
+
+
+def _floor(b: _Builder, operands: tuple[Ref, ...], out: str, result: str) -> Ref:
+    return b.floored(operands[0], DSL_DTYPE[out], result)
+
+
+def _ceil(b: _Builder, operands: tuple[Ref, ...], out: str, result: str) -> Ref:
+    """``ceil(x) = -floor(-x)``: negations are exact and keep signed zeros (``ceil(-0.5) = -0``)."""
+    negated = b.alu("mul", operands[0], -1.0, "fp32", result)
+    return b.alu("mul", b.floored(negated, "fp32", result), -1.0, DSL_DTYPE[out], result)
+
+
+def _round_even(b: _Builder, operands: tuple[Ref, ...], out: str, result: str) -> Ref:
+    """Round half to even: a write to int32 rounds so (sim.values), and the integer back in fp32 is exact for
+    ``|x| < 2**23``; larger floats are integers already (kept by a select, as are NaN and the infinities the
+    write would map to 0 or saturate). A zero result has lost its sign (``-0.3 -> +0``): where the result is 0
+    it is ``x * 0``, signed as ``x``."""
+    (x,) = operands
+    integer = b.push(("copy", "copy", (x,), "int32"), result)
+    rounded = b.push(("copy", "copy", (integer,), "fp32"), result)
+    large = b.alu("ge", b.alu("abs_max", x, 0.0, "fp32", result), 2.0 ** 23, "uint8", result)
+    kept = b.push(("select", "select", (large, x, rounded), "fp32"), result)
+    zero = b.alu("eq", kept, 0.0, "uint8", result)
+    return b.push(("select", "select", (zero, b.alu("mul", x, 0.0, "fp32", result), kept), DSL_DTYPE[out]), result)
+
+
+def _float_sign(b: _Builder, operands: tuple[Ref, ...], out: str, result: str) -> Ref:
+    """-1, ±0 (the operand's own zero) or 1, NaN for NaN: ``x * 2**200`` (in two exact-or-overflowing
+    multiplies: the smallest subnormal, 2**-149, becomes >= 1) clamped to [-1, 1]; ``max``/``min`` pass NaN."""
+    big = b.alu("mul", b.alu("mul", operands[0], 2.0 ** 100, "fp32", result), 2.0 ** 100, "fp32", result)
+    return b.alu("min", b.alu("max", big, -1.0, "fp32", result), 1.0, DSL_DTYPE[out], result)
+
+
+def _int_sign(b: _Builder, operands: tuple[Ref, ...], out: str, result: str) -> Ref:
+    dt = DSL_DTYPE[out]
+    return b.alu("min", b.alu("max", operands[0], -1.0, dt, result), 1.0, dt, result)
+
+
+def _int_not(b: _Builder, operands: tuple[Ref, ...], out: str, result: str) -> Ref:
+    """``~x``: ``x xor`` all ones (-1 read signed; an i1 mask's 1)."""
+    lo, hi = INT_RANGE[out]
+    return b.alu("xor", operands[0], -1.0 if lo < 0 else float(hi), DSL_DTYPE[out], result)
+
+
+def _zero_divisor(b: _Builder, divisor: Ref, result: str) -> Ref | None:
+    """The mask of ``divisor == 0`` for a select in ``result``'s kind, or None if none is needed or possible."""
+    if divisor[0] == "imm" or b.kind(divisor) != result:
+        return None
+    return b.alu("eq", divisor, 0.0, "uint8", result)
+
+
+def _int_divide(b: _Builder, operands: tuple[Ref, ...], out: str, result: str) -> Ref | None:
+    """Division truncating toward zero: ``(a - fmod(a, b)) / b``, an exact quotient of integers below 2**24;
+    ``x / 0 = -1`` (all bits set: the largest unsigned) and ``INT_MIN / -1 = INT_MIN`` wrap as
+    ``ir.semantics`` has them."""
+    a, d = operands
+    if d == ("imm", 0.0) or (d[0] != "imm" and b.kind(d) != result):
+        return None
+    dt = DSL_DTYPE[out]
+    work = dt if out == "i32" else "int32"
+    rem = b.alu("mod", a, d, "fp32", result)
+    quotient = b.alu("div", b.push(("alu", "sub", (a, rem), "fp32"), result), d, work, result)
+    zero = _zero_divisor(b, d, result)
+    if zero is not None:
+        quotient = b.push(("select", "select", (zero, b.const(-1.0, work, result in ("col", "sc")), quotient),
+                           work), result)
+    return quotient if work == dt else b.push(("wrap", WRAP[out], (quotient,), dt), result)
+
+
+def _int_remainder(b: _Builder, operands: tuple[Ref, ...], out: str, result: str) -> Ref | None:
+    """``fmod(a, b)``, exact (the sign of ``a``; ``INT_MIN % -1 = 0``); ``x % 0 = x``."""
+    a, d = operands
+    dt = DSL_DTYPE[out]
+    if d == ("imm", 0.0) or (d[0] != "imm" and b.kind(d) != result) or (a[0] != "imm" and b.kind(a) != result):
+        return None
+    rem = b.alu("mod", a, d, dt, result)
+    zero = _zero_divisor(b, d, result)
+    if zero is None:
+        return rem
+    kept = b.const(a[1], dt, result in ("col", "sc")) if a[0] == "imm" else a
+    return b.push(("select", "select", (zero, kept, rem), dt), result)
+
+
+# (StableHLO op, on floats) → the steps of an op without one instruction of its own
+_COMPOSED: dict[tuple[str, bool], Callable[[_Builder, tuple[Ref, ...], str, str], Ref | None]] = {
+    ("floor", True): _floor, ("ceil", True): _ceil, ("round_nearest_even", True): _round_even,
+    ("sign", True): _float_sign, ("sign", False): _int_sign, ("not", False): _int_not,
+    ("divide", False): _int_divide, ("remainder", False): _int_remainder,
+}
 
 
 def recipe_for(nodes: list[Node], external: list[Value], outputs: list[Value]) -> Recipe | None:

@@ -350,6 +350,11 @@ def compute(dsl: Any, kind: str, op: str, args: list[Any], dt: str, shape: tuple
         return _middle(dsl, op, args[0], int(args[1]), dt)
     if kind == "select":
         return dsl.where(args[0], args[1], args[2], dtype=dt)
+    if kind == "wrap":                   # op: dt's unsigned twin; the low bits, read as dt (recipe.WRAP)
+        from trnsim.isa.dtypes import DTYPES
+
+        low = dsl.binary("and", args[0], float((1 << DTYPES[op].bits) - 1), dtype=op)
+        return low if op == dt else low.bitcast(dt)
     if kind == "const":
         return dsl.full((shape[0], 1) if op == "col" else shape, args[0], dt)
     if kind in _GROUPED:

@@ -21,13 +21,30 @@ EXACT_INDEX = 1 << 24    # iota arithmetic runs in fp32: element indices are exa
 
 # StableHLO op → ("alu", ISA ALU op) or ("act", ISA activation function)
 ALU: dict[str, str] = {"add": "add", "subtract": "sub", "multiply": "mul", "divide": "div", "maximum": "max",
-                       "minimum": "min", "power": "pow"}
+                       "minimum": "min", "power": "pow", "remainder": "mod"}   # mod: fmod, exact
 BITWISE: dict[str, str] = {"and": "and", "or": "or", "xor": "xor"}   # on i1 (uint8 masks) and integers
 ACT: dict[str, str] = {"exponential": "exp", "log": "log", "tanh": "tanh", "logistic": "sigmoid", "sqrt": "sqrt",
                        "rsqrt": "rsqrt", "abs": "abs", "negate": "neg"}
 CMP: dict[str, str] = {"EQ": "eq", "NE": "ne", "GT": "gt", "GE": "ge", "LT": "lt", "LE": "le"}
 # i1 masks are 0/1 bytes; integers compute exactly through VectorE's fp32 below 2**24
-DSL_DTYPE: dict[str, str] = {"f32": "fp32", "bf16": "bf16", "f16": "fp16", "i1": "uint8", "i32": "int32"}
+DSL_DTYPE: dict[str, str] = {"f32": "fp32", "bf16": "bf16", "f16": "fp16", "i1": "uint8", "i8": "int8", "i16": "int16",
+                             "i32": "int32", "ui8": "uint8", "ui16": "uint16", "ui32": "uint32"}
+# integer element type → the DSL dtype of its bits read unsigned. StableHLO integers wrap modulo 2**bits where an
+# ISA write saturates (sim.values), so a result that may leave its type's range is made in int32 and its low
+# bits kept by an integer ``and`` into this twin (a ``wrap`` step, bitcast back to a signed type): exact while
+# the int32 value is, |x| < 2**24 through VectorE's fp32 (every 8-bit op and 16-bit sum; 16-bit products only
+# below 2**24, the convention i32 arithmetic keeps, whose results are written to int32 and saturate)
+WRAP: dict[str, str] = {"i8": "uint8", "i16": "uint16", "i32": "uint32", "ui8": "uint8", "ui16": "uint16",
+                        "ui32": "uint32"}
+_NARROW = frozenset({"i8", "i16", "ui8", "ui16"})
+# op → the integer types whose results it may take out of range (an unsigned difference or negation is
+# negative, so ui32 wraps those too)
+WRAPPING: dict[str, frozenset[str]] = {"add": _NARROW, "multiply": _NARROW, "abs": _NARROW,
+                                       "subtract": _NARROW | {"ui32"}, "negate": _NARROW | {"ui32"}}
+INT_RANGE: dict[str, tuple[int, int]] = {"i8": (-1 << 7, (1 << 7) - 1), "i16": (-1 << 15, (1 << 15) - 1),
+                                         "i32": (-1 << 31, (1 << 31) - 1), "ui8": (0, (1 << 8) - 1),
+                                         "ui16": (0, (1 << 16) - 1), "ui32": (0, (1 << 32) - 1), "i1": (0, 1)}
+FLOATS = frozenset({"f32", "bf16", "f16"})
 REDUCE: dict[str, str] = {"add": "add", "maximum": "max", "minimum": "min"}
 IDENTITY: dict[str, float] = {"add": 0.0, "multiply": 1.0, "maximum": float("-inf"), "minimum": float("inf"),
                               "and": 1.0, "or": 0.0}
