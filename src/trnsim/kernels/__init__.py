@@ -29,6 +29,10 @@ from trnsim.kernels.operands import MatmulOperands as MatmulOperands
 from trnsim.kernels.operands import prepare_matmul as prepare_matmul
 from trnsim.kernels.optim import adamw as adamw
 from trnsim.kernels.optim import adamw_kernel as adamw_kernel
+from trnsim.kernels.pool import pool_grad_kernel as pool_grad_kernel
+from trnsim.kernels.pool import pool_kernel as pool_kernel
+from trnsim.kernels.pool import reduce_window as reduce_window
+from trnsim.kernels.pool import select_and_scatter as select_and_scatter
 from trnsim.kernels.rowwise import activation_kernel as activation_kernel
 from trnsim.kernels.rowwise import gelu as gelu
 from trnsim.kernels.rowwise import silu as silu

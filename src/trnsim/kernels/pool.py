@@ -1,0 +1,450 @@
+"""Window pooling in the kernel language: StableHLO's ``reduce_window`` (max, min or sum over windows of any
+size, stride, padding and window dilation along one or two adjacent axes) and the max-pool gradient,
+``select_and_scatter`` (select ``GE``, scatter ``add``: what ``jax.grad`` of a max pool emits).
+
+Both kernels work on a canonical view ``x [N, H, W, C]``: ``H`` and ``W`` are the windowed axes (``W = 1``
+for a 1-D window), ``N`` all axes before them and ``C`` all axes after them, merged (``canonical``: a reshape
+of a row-major tensor, free). The layout suits channels-last tensors (NHWC, as ``flax``'s pools take them):
+
+* partitions are *bands*: ``(image n, R consecutive output rows)``, 128 bands a tile, ``R`` chosen so that
+  the batch fills the partitions (``_plan``); a band's input rows, halo included, are one contiguous run of
+  HBM per band, so a DMA moves all the bands of an image in one ``[bands, rows, W, C]`` reshape (plus one
+  DMA per halo row where windows overlap, and one per band at the image's edges, where padding is);
+* the free dimension is ``[rows, W, C]`` (``C`` cut into chunks when a band would not fit SBUF): a window
+  tap ``(ky, kx)`` is the strided view ``tile[:, ky·dh :: sh, kx·dw :: sw, :]`` of ``[R, OW, C]`` elements,
+  contiguous in ``C`` (no stride penalty once a channel run is ≥ 16 bytes, ``reference/neuron.md`` §1.2).
+
+The forward pass is one VectorE ``tensor_tensor`` per tap (``taps - 1`` of them): ``acc = op(acc, tap)``,
+max/min in the input's dtype (exact), sums in fp32 in window order — the reference's order and precision, so
+the result rounds once, at the store, exactly as ``trnsim.ir.semantics.reduce`` computes it.
+
+The gradient of band ``b`` owns input rows ``[b·R·sh, (b+1)·R·sh)`` of the padded input and computes every
+window that touches them (``lead`` windows before the band's own where windows overlap), so no two bands
+write the same row::
+
+    m = max over taps of x[tap]                           the window's maximum
+    rem = source                                          the gradient not yet given to a tap
+    for tap in window order:                              (ties: the first tap that equals the maximum)
+        hit = x[tap] == m
+        grad[tap] += where(hit, rem, 0)                   (written directly when windows do not overlap)
+        rem = where(hit, 0, rem)
+
+which is StableHLO's ``select_and_scatter`` with ``compare GE`` (the first element no later one beats) and
+``add``; ``GT`` (the last such element) walks the taps in reverse, ``LE``/``LT`` use the minimum.
+
+NOTE: padding is filled with -inf (+inf for LE/LT) and may be selected where every element of a window is
+-inf, which the reference never selects; a window holding NaN matches no tap and gives no gradient (the
+reference gives it to one element). Finite inputs are exact.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import partial
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from trnsim import dsl
+from trnsim.dsl import Tensor
+from trnsim.dsl.errors import KernelError, fail
+from trnsim.kernels.layout import blocks, prefetch, prefetch_depth
+
+Pair = tuple[int, int]
+IDENTITY = {"max": float("-inf"), "min": float("inf"), "add": 0.0}
+SELECT: dict[str, tuple[str, bool]] = {  # select comparison → (the reduction its winner attains, walk backwards)
+    "GE": ("max", False), "GT": ("max", True), "LE": ("min", False), "LT": ("min", True),
+}
+# SBUF bytes per partition for two bands' loaded tiles and one's temporaries: 3/8 of trn3's 256 KiB
+# (32 MiB over 128 partitions, the trn3 preset's core.sbuf), the rest for loads ahead (``prefetch_depth``)
+BAND_BYTES = 96 * 1024
+PIECE_BYTES = 64 * 1024  # a DMA of a large run of bands goes in pieces of at least this on successive queues
+MAX_PIECES = 8
+PREFETCH = 2  # at most this many tiles of bands loaded ahead of the one being computed
+
+
+@dataclass(frozen=True)
+class Window:
+    """A pooling window over the canonical ``[N, H, W, C]`` view (module docstring): ``shape`` that view,
+    the window's size, strides, padding ``((top, bottom), (left, right))`` and dilation along ``H, W``."""
+
+    shape: tuple[int, int, int, int]
+    size: Pair
+    stride: Pair
+    pad: tuple[Pair, Pair]
+    dilation: Pair
+
+    @property
+    def extent(self) -> Pair:
+        """Padded-input rows and columns one window spans (dilation included)."""
+        return (self.size[0] - 1) * self.dilation[0] + 1, (self.size[1] - 1) * self.dilation[1] + 1
+
+    @property
+    def padded(self) -> Pair:
+        (pt, pb), (pl, pr) = self.pad
+        return pt + self.shape[1] + pb, pl + self.shape[2] + pr
+
+    @property
+    def out(self) -> Pair:
+        (hp, wp), (eh, ew) = self.padded, self.extent
+        return (hp - eh) // self.stride[0] + 1, (wp - ew) // self.stride[1] + 1
+
+    @property
+    def taps(self) -> list[Pair]:
+        """The window's offsets ``(ky, kx)`` in window (row-major) order."""
+        return [(ky, kx) for ky in range(self.size[0]) for kx in range(self.size[1])]
+
+    @property
+    def lead(self) -> int:
+        """Windows before a band's own that reach into its rows (overlapping windows: ``extent > stride``)."""
+        return max(0, -(-self.extent[0] // self.stride[0]) - 1)
+
+
+def canonical(shape: Sequence[int], size: Sequence[int], stride: Sequence[int], pad: Sequence[Pair],
+              dilation: Sequence[int]) -> Window | None:
+    """The canonical window of a full-rank StableHLO window over ``shape``, or None if it is not one the
+    kernels take: more than two windowed axes, two that are not adjacent, negative padding, or a 0-d
+    operand. A window of one element everywhere is a copy, taken along the last axis."""
+    rank = len(shape)
+    windowed = [a for a in range(rank) if (size[a], stride[a], tuple(pad[a]), dilation[a]) != (1, 1, (0, 0), 1)]
+    windowed = windowed or [rank - 1]
+    if rank == 0 or len(windowed) > 2 or windowed[-1] - windowed[0] != len(windowed) - 1:
+        return None
+    if any(lo < 0 or hi < 0 for lo, hi in pad) or any(shape[a] < 1 for a in range(rank)):
+        return None
+    a = windowed[0]
+    axes = [*windowed, rank] if len(windowed) == 1 else windowed   # a 1-D window: W is a new axis of 1
+
+    def pick(values: Sequence[int], default: int) -> Pair:
+        return values[axes[0]], values[axes[1]] if axes[1] < rank else default
+
+    n, c = math.prod(shape[:a]), math.prod(shape[windowed[-1] + 1 :])
+    h, w = pick(shape, 1)
+    zero = (0, 0)
+    pads = (tuple(pad[axes[0]]), tuple(pad[axes[1]]) if axes[1] < rank else zero)
+    win = Window((n, h, w, c), pick(size, 1), pick(stride, 1), (pads[0], pads[1]), pick(dilation, 1))  # type: ignore[arg-type]
+    oh, ow = win.out
+    return win if oh >= 1 and ow >= 1 else None
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Bands of ``rows`` windows (output rows), ``bands`` per image, channels in chunks of ``chunk``, ``depth``
+    tiles loaded ahead."""
+
+    rows: int
+    bands: int
+    chunk: int
+    depth: int     # tiles loaded ahead
+
+
+def _plan(win: Window, loaded: Callable[[int], int], temporary: Callable[[int], int], pmax: int,
+          bands: Callable[[int], int]) -> Plan:
+    """Band height and channel chunk: enough bands per image that ``N`` images fill ``pmax`` partitions, two
+    bands' ``loaded`` tiles and one's ``temporary`` ones (bytes per channel for ``R`` windows) within
+    ``BAND_BYTES``, channels cut only when one window row does not fit (short DMA runs: slow); ``bands(R)``:
+    how many bands of ``R`` an image needs."""
+    n, _, _, c = win.shape
+    oh, _ = win.out
+
+    def per_channel(r: int) -> int:
+        return 2 * loaded(r) + temporary(r)
+
+    rows = -(-oh // max(1, pmax // n))
+    while rows > 1 and per_channel(rows) * c > BAND_BYTES:
+        rows = -(-rows // 2)
+    if per_channel(rows) > BAND_BYTES:
+        fail(f"a band of one output row of a {win.shape} pool takes {per_channel(rows)} bytes a channel",
+             f"pool rows that fit {BAND_BYTES} bytes of SBUF per partition")
+    chunk = min(c, BAND_BYTES // per_channel(rows))
+    depth = prefetch_depth(loaded(rows) * chunk, temporary(rows) * chunk, PREFETCH)
+    return Plan(rows, bands(rows), chunk, depth)
+
+
+@dataclass(frozen=True)
+class Move:
+    """One band's run of rows between its tile and HBM: the image, the first row (of the HBM view; may be
+    negative or past the end: only rows in ``[0, height)`` move) and the tile partition."""
+
+    n: int
+    row: int
+    part: int
+
+
+def _move(tile: Tensor, hbm: Tensor, moves: list[Move], rows: int, step: int, tile_row: int, cols: slice,
+          store: bool) -> None:
+    """Move ``rows`` rows per band between ``tile[part, tile_row + i, cols, :]`` and ``hbm[n, row + i]`` (a
+    ``[N, height, width, cc]`` view): bands of one image ``step`` rows apart move together, in one reshape
+    DMA of ``step`` rows each plus one DMA per further row; bands at the image's edge move their rows in it."""
+    height = hbm.shape[1]
+    runs: list[list[Move]] = []
+    for mv in moves:
+        if mv.row >= 0 and mv.row + rows <= height:
+            last = runs[-1][-1] if runs else None
+            if last is not None and (last.n, last.row + step, last.part + 1) == (mv.n, mv.row, mv.part):
+                runs[-1].append(mv)
+            else:
+                runs.append([mv])
+            continue
+        lo, hi = max(0, mv.row), min(height, mv.row + rows)   # a band at the image's edge: its rows in it
+        if lo < hi:
+            _dma(tile[mv.part : mv.part + 1, tile_row + lo - mv.row : tile_row + hi - mv.row, cols, :],
+                 hbm[mv.n, lo:hi], store)
+    main = step if rows >= step else 0
+    for run in runs:
+        first, count = run[0], len(run)
+        nbytes = count * main * hbm.shape[2] * hbm.shape[3] * _itemsize(hbm.dtype)
+        pieces = max(1, min(MAX_PIECES, count, nbytes // PIECE_BYTES))
+        for p0, pn in blocks(count, -(-count // pieces)):
+            r0, part = first.row + p0 * step, first.part + p0
+            if main:    # ``step`` rows of each band: consecutive in HBM, one reshape DMA
+                _dma(tile[part : part + pn, tile_row : tile_row + step, cols, :], hbm[first.n, r0 : r0 + pn * step],
+                     store)
+            for j in range(main, rows):     # row j of each band (a halo row): one strided DMA
+                _dma(tile[part : part + pn, tile_row + j, cols, :],
+                     hbm[first.n, r0 + j : r0 + j + (pn - 1) * step + 1 : step], store)
+
+
+def _dma(t: Tensor, h: Tensor, store: bool) -> None:
+    if store:
+        dsl.dma_copy(h, t)
+    else:
+        dsl.dma_copy(t, h)
+
+
+def _tap(tile: Tensor, win: Window, ky: int, kx: int, rows: int, parts: int) -> Tensor:
+    """Tap ``(ky, kx)`` of ``rows`` windows of every band: ``[parts, rows, OW, cc]``."""
+    (sh, sw), (dh, dw) = win.stride, win.dilation
+    _, ow = win.out
+    return tile[:parts, ky * dh : ky * dh + (rows - 1) * sh + 1 : sh, kx * dw : kx * dw + (ow - 1) * sw + 1 : sw, :]
+
+
+def _itemsize(dtype: str) -> int:
+    return 2 if dtype in ("bf16", "fp16") else 4
+
+
+def _check(x: Tensor, win: Window) -> None:
+    if len(x.shape) != 4:
+        fail(f"a pool of a {len(x.shape)}-D tensor", "give the canonical [N, H, W, C] view (pool.canonical)")
+    (pt, pb), (pl, pr) = win.pad
+    if min(*win.size, *win.stride, *win.dilation) < 1 or min(pt, pb, pl, pr) < 0 or min(win.out) < 1:
+        fail(f"a {win.size} window (strides {win.stride}, padding {win.pad}, dilation {win.dilation}) over "
+             f"{x.shape}", "use sizes, strides and dilations ≥ 1, padding ≥ 0 and a window that fits the input")
+
+
+def _fill_needed(win: Window, moves: list[Move], rows: int) -> bool:
+    """Some tile element has no input: column padding, or a band's rows reach past the image."""
+    (_, _), (pl, pr) = win.pad
+    return pl > 0 or pr > 0 or any(mv.row < 0 or mv.row + rows > win.shape[1] for mv in moves)
+
+
+def _loader(x: Tensor, win: Window, bands: list[Pair], first_row: Callable[[int], int], rows: int, step: int,
+            fill: float) -> Callable[[int, int, int, int], Tensor]:
+    """Loads of the input tile ``[bands, rows, W + padding, cc]`` of bands ``p0 .. p0 + pn``, channels
+    ``c0 .. c0 + cc``; band ``b``'s first row is input row ``first_row(b)``, missing elements ``fill``."""
+    (_, _), (pl, _) = win.pad
+    _, wp = win.padded
+    w = win.shape[2]
+
+    def load(p0: int, pn: int, c0: int, cc: int) -> Tensor:
+        tile = dsl.sbuf((pn, rows, wp, cc), x.dtype)
+        moves = [Move(i, first_row(b), k) for k, (i, b) in enumerate(bands[p0 : p0 + pn])]
+        if _fill_needed(win, moves, rows):
+            dsl.memset(tile, fill, engine="gpsimd")
+        _move(tile, x[:, :, :, c0 : c0 + cc], moves, rows, step, 0, slice(pl, pl + w), store=False)
+        return tile
+
+    return load
+
+
+@dsl.kernel
+def pool_kernel(x: Tensor, *, size: Pair, stride: Pair = (1, 1), pad: tuple[Pair, Pair] = ((0, 0), (0, 0)),
+                dilation: Pair = (1, 1), op: str = "max", init: float | None = None, scale: float = 1.0,
+                out_dtype: str | None = None) -> Tensor:
+    """``out[n, oy, ox, c] = scale · op(init, x̂[n, oy·sh + ky·dh, ox·sw + kx·dw, c] for (ky, kx) in the
+    window)`` for ``x [N, H, W, C]``, ``x̂`` padded with ``init`` (default: ``op``'s identity), ``op`` in
+    ``max``, ``min``, ``add`` (combined in window order; sums in fp32), rounded once to ``out_dtype``."""
+    if op not in IDENTITY:
+        fail(f"pooling op {op!r}", f"use one of {', '.join(IDENTITY)}")
+    win = Window(x.shape, size, stride, pad, dilation)  # type: ignore[arg-type]
+    _check(x, win)
+    n, _, _, c = x.shape
+    fill = IDENTITY[op] if init is None else float(init)
+    oh, ow = win.out
+    (pt, _), _ = pad
+    _, wp = win.padded
+    sh, eh = stride[0], win.extent[0]
+    acc_dtype = "fp32" if op == "add" else x.dtype
+    out = dsl.hbm_tensor((n, oh, ow, c), out_dtype or x.dtype, name="out")
+    ts = dsl.tile_size()
+
+    def rows_in(r: int) -> int:   # input rows a band of r windows loads (whole strides: one reshape DMA)
+        return max((r - 1) * sh + eh, r * sh)
+
+    plan = _plan(win, lambda r: rows_in(r) * wp * _itemsize(x.dtype), lambda r: r * ow * _itemsize(acc_dtype),
+                 ts.pmax, lambda r: -(-oh // r))
+    rows = plan.rows
+    bands = [(i, b) for i in range(n) for b in range(plan.bands)]
+    work = [(p0, pn, c0, cc) for p0, pn in blocks(len(bands), ts.pmax) for c0, cc in blocks(c, plan.chunk)]
+    load = _loader(x, win, bands, lambda b: b * rows * sh - pt, rows_in(rows), rows * sh, fill)
+    loads = [partial(load, *item) for item in work]
+    alu = op
+    for (p0, pn, c0, cc), tile in zip(work, prefetch(loads, plan.depth), strict=True):
+        views = [_tap(tile, win, ky, kx, rows, pn) for ky, kx in win.taps]
+        if fill != IDENTITY[op]:        # init first, as the reference folds it: exact sums
+            acc, rest = dsl.tensor_scalar(views[0], alu, fill, dtype=acc_dtype), views[1:]
+        elif len(views) == 1:
+            acc, rest = dsl.copy(views[0], dtype=acc_dtype), []
+        else:
+            acc, rest = dsl.tensor_tensor(views[0], views[1], alu, dtype=acc_dtype), views[2:]
+        for v in rest:
+            dsl.tensor_tensor(acc, v, alu, out=acc)
+        if scale != 1.0:
+            dsl.tensor_scalar(acc, "mul", scale, out=acc)
+        moves = [Move(i, b * rows, k) for k, (i, b) in enumerate(bands[p0 : p0 + pn])]
+        _move(acc, out[:, :, :, c0 : c0 + cc], moves, rows, rows, 0, slice(0, ow), store=True)
+    return out
+
+
+@dsl.kernel
+def pool_grad_kernel(x: Tensor, source: Tensor, *, size: Pair, stride: Pair = (1, 1),
+                     pad: tuple[Pair, Pair] = ((0, 0), (0, 0)), select: str = "GE", init: float = 0.0,
+                     out_dtype: str | None = None) -> Tensor:
+    """StableHLO ``select_and_scatter(x, source, init)`` with select ``compare select`` and scatter ``add``
+    over the canonical ``x [N, H, W, C]``, ``source [N, OH, OW, C]``: each window's element that ``select``
+    picks (module docstring) receives the window's ``source`` value, summed in fp32 over the windows that
+    pick it, plus ``init``; the result is ``x``'s shape, rounded once to ``out_dtype`` (default ``x``'s)."""
+    if select not in SELECT:
+        fail(f"select_and_scatter compare {select!r}", f"use one of {', '.join(SELECT)}")
+    win = Window(x.shape, size, stride, pad, (1, 1))  # type: ignore[arg-type]
+    _check(x, win)
+    n, h, w, c = x.shape
+    oh, ow = win.out
+    if source.shape != (n, oh, ow, c):
+        fail(f"a source of {source.shape} for windows over {x.shape}", f"give a source of {(n, oh, ow, c)}")
+    reduce_op, backwards = SELECT[select]
+    fill = IDENTITY[reduce_op]
+    (pt, _), (pl, _) = pad
+    hp, wp = win.padded
+    sh, sw = stride
+    eh, ew = win.extent
+    lead = win.lead
+    out = dsl.hbm_tensor((n, h, w, c), out_dtype or x.dtype, name="out")
+    ts = dsl.tile_size()
+
+    def rows_in(r: int) -> int:   # padded rows a band of r own windows (and lead more) spans
+        return max((r + lead - 1) * sh + eh, (r + lead) * sh)
+
+    taps = win.taps[::-1] if backwards else win.taps
+    disjoint = eh <= sh and ew <= sw and init == 0.0
+    # NOTE: where windows do not overlap an element receives one source value or none: it stays in the
+    # source's dtype (a 2-byte type streams at twice fp32's rate, neuron.md §1.4); sums of several need fp32
+    grad_dtype = source.dtype if disjoint else "fp32"
+    # windows that tile the input exactly write every element once: the gradient replaces x in its tile
+    in_place = disjoint and (eh, ew) == (sh, sw) and (win.out[1] * sw, lead) == (wp, 0) and grad_dtype == x.dtype
+    isz, gsz = _itemsize(x.dtype), _itemsize(grad_dtype)
+    plan = _plan(win, lambda r: rows_in(r) * wp * isz + (r + lead) * ow * gsz,
+                 lambda r: (r + lead) * ow * (gsz + 2 * isz) + (0 if in_place else rows_in(r) * wp * gsz), ts.pmax,
+                 lambda r: max(-(-oh // r), -(-hp // (r * sh))))
+    rows, windows = plan.rows, plan.rows + lead
+    t_rows = rows_in(rows)
+    bands = [(i, b) for i in range(n) for b in range(plan.bands)]
+    work = [(p0, pn, c0, cc) for p0, pn in blocks(len(bands), ts.pmax) for c0, cc in blocks(c, plan.chunk)]
+    load_x = _loader(x, win, bands, lambda b: (b * rows - lead) * sh - pt, t_rows, rows * sh, fill)
+    src_win = Window((n, oh, ow, c), (1, 1), (1, 1), ((0, 0), (0, 0)), (1, 1))
+
+    def load(p0: int, pn: int, c0: int, cc: int) -> tuple[Tensor, Tensor]:
+        src = dsl.sbuf((pn, windows, ow, cc), grad_dtype)
+        moves = [Move(i, b * rows - lead, k) for k, (i, b) in enumerate(bands[p0 : p0 + pn])]
+        if _fill_needed(src_win, moves, windows):
+            dsl.memset(src, 0.0, engine="gpsimd")   # windows that do not exist give nothing
+        _move(src, source[:, :, :, c0 : c0 + cc], moves, windows, rows, 0, slice(0, ow), store=False)
+        return load_x(p0, pn, c0, cc), src
+
+    covered = in_place and t_rows == windows * sh
+    zero = dsl.sbuf((min(ts.pmax, len(bands)), windows, ow, plan.chunk), grad_dtype)
+    dsl.memset(zero, 0.0, engine="gpsimd")
+    loads = [partial(load, *item) for item in work]
+    for (p0, pn, c0, cc), (xt, rem) in zip(work, prefetch(loads, plan.depth), strict=True):
+        views = [_tap(xt, win, ky, kx, windows, pn) for ky, kx in taps]
+        best = views[0] if len(views) == 1 else dsl.tensor_tensor(views[0], views[1], reduce_op)
+        for v in views[2:]:
+            dsl.tensor_tensor(best, v, reduce_op, out=best)
+        if covered:
+            grad = xt
+        else:
+            grad = dsl.sbuf((pn, t_rows, wp, cc), grad_dtype)
+            dsl.memset(grad, init, engine="gpsimd")
+        z = zero[:pn, :, :, :cc]
+        for k, ((ky, kx), v) in enumerate(zip(taps, views, strict=True)):
+            hit = dsl.tensor_tensor(v, best, "eq")
+            target = _tap(grad, win, ky, kx, windows, pn)
+            if disjoint:
+                dsl.where(hit, rem, z, out=target)
+            else:
+                dsl.add(target, dsl.where(hit, rem, z), out=target)
+            if k + 1 < len(taps):
+                dsl.where(hit, z, rem, out=rem)
+        moves = [Move(i, b * rows * sh - pt, k) for k, (i, b) in enumerate(bands[p0 : p0 + pn])]
+        _move(grad, out[:, :, :, c0 : c0 + cc], moves, rows * sh, rows * sh, lead * sh, slice(pl, pl + w),
+              store=True)
+    return out
+
+
+def _window_args(rank: int, size: Sequence[int], stride: Sequence[int] | None, pad: Sequence[Pair] | None,
+                 dilation: Sequence[int] | None) -> tuple[list[int], list[int], list[Pair], list[int]]:
+    return (list(size), list(stride or [1] * rank), [(int(lo), int(hi)) for lo, hi in (pad or [(0, 0)] * rank)],
+            list(dilation or [1] * rank))
+
+
+def _canonical_or_raise(shape: tuple[int, ...], *args: Sequence[int] | Sequence[Pair]) -> Window:
+    win = canonical(shape, *args)  # type: ignore[arg-type]
+    if win is None:
+        raise KernelError(f"a window over {shape} on more than two axes, two apart, or with negative padding",
+                          where="kernels.pool", hint="window one axis or two adjacent axes, padding ≥ 0")
+    return win
+
+
+def reduce_window(x: ArrayLike, size: Sequence[int], stride: Sequence[int] | None = None,
+                  pad: Sequence[Pair] | None = None, dilation: Sequence[int] | None = None, *, op: str = "max",
+                  init: float | None = None, dtype: str | None = None, target: str = "trn3") -> NDArray[np.float32]:
+    """``jax.lax.reduce_window(x, init, op, size, stride, pad, window_dilation=dilation)`` (``op`` ``max``,
+    ``min``, ``add``, or ``avg``: the sum divided by the window's size, padding counted) on a simulated
+    NeuronCore; the window lies along one axis or two adjacent ones of ``x`` (any rank); ``dtype``: x's ISA dtype.
+
+        >>> reduce_window(np.arange(16.0).reshape(1, 4, 4, 1), (1, 2, 2, 1), (1, 2, 2, 1))[0, :, :, 0].tolist()
+        [[5.0, 7.0], [13.0, 15.0]]
+    """
+    arr = np.asarray(x, np.float32)
+    sizes, strides, pads, dils = _window_args(arr.ndim, size, stride, pad, dilation)
+    win = _canonical_or_raise(arr.shape, sizes, strides, pads, dils)
+    scale = 1.0 / math.prod(sizes) if op == "avg" else 1.0
+    kernel_op = "add" if op == "avg" else op
+    arg = dsl.typed(arr.reshape(win.shape), dtype) if dtype is not None else arr.reshape(win.shape)
+    res = dsl.run_kernel(pool_kernel, arg, target=target, size=win.size, stride=win.stride, pad=win.pad,
+                         dilation=win.dilation, op=kernel_op, init=init, scale=scale)
+    out_shape = [(s + lo + hi - (k - 1) * d - 1) // st + 1
+                 for s, k, st, (lo, hi), d in zip(arr.shape, sizes, strides, pads, dils, strict=True)]
+    return res.outputs[0].reshape(out_shape)
+
+
+def select_and_scatter(x: ArrayLike, source: ArrayLike, size: Sequence[int], stride: Sequence[int] | None = None,
+                       pad: Sequence[Pair] | None = None, *, select: str = "GE", init: float = 0.0,
+                       dtype: str | None = None, target: str = "trn3") -> NDArray[np.float32]:
+    """StableHLO ``select_and_scatter(x, source, init)`` with ``compare select`` and ``add`` (the gradient
+    of a max pool: ``source`` goes to each window's first maximum) on a simulated NeuronCore.
+
+        >>> select_and_scatter([[1.0, 3.0, 3.0, 2.0]], [[10.0, 20.0]], (1, 2), (1, 2)).tolist()
+        [[0.0, 10.0, 20.0, 0.0]]
+    """
+    arr, src = np.asarray(x, np.float32), np.asarray(source, np.float32)
+    sizes, strides, pads, _ = _window_args(arr.ndim, size, stride, pad, None)
+    win = _canonical_or_raise(arr.shape, sizes, strides, pads, [1] * arr.ndim)
+    n, oh, ow, c = win.shape[0], *win.out, win.shape[3]
+    args = [arr.reshape(win.shape), src.reshape(n, oh, ow, c)]
+    typed = [dsl.typed(a, dtype) if dtype is not None else a for a in args]
+    res = dsl.run_kernel(pool_grad_kernel, *typed, target=target, size=win.size, stride=win.stride, pad=win.pad,
+                         select=select, init=init)
+    return res.outputs[0].reshape(arr.shape)

@@ -1,0 +1,168 @@
+"""The pool kernels against references: the forward pass (max, min, sum, average) against
+``jax.lax.reduce_window`` over random shapes, windows, strides, paddings and dilations along one or two
+adjacent axes, bit-exact for max/min and for sums of small integers; the max-pool gradient against a plain
+loop over windows implementing StableHLO's ``select_and_scatter`` (the first element no later one beats
+wins; ties are common with small integers), and against ``jax.grad`` of a max pool."""
+
+from __future__ import annotations
+
+import doctest
+import itertools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import trnsim
+from trnsim.dsl.errors import KernelError
+from trnsim.kernels import pool as pool_module
+from trnsim.kernels import reduce_window, select_and_scatter
+
+Pads = list[tuple[int, int]]
+JAX_OPS = {"max": (jax.lax.max, -np.inf), "min": (jax.lax.min, np.inf), "add": (jax.lax.add, 0.0)}
+
+
+def reference(x: np.ndarray, size: list[int], stride: list[int], pad: Pads, dilation: list[int], op: str,
+              init: float | None = None) -> np.ndarray:
+    fn, identity = JAX_OPS[op]
+    out = jax.lax.reduce_window(jnp.asarray(x), identity if init is None else init, fn, tuple(size), tuple(stride),
+                                pad, window_dilation=tuple(dilation))
+    return np.asarray(out)
+
+
+def scatter_reference(x: np.ndarray, source: np.ndarray, size: list[int], stride: list[int], pad: Pads,
+                      select: str = "GE") -> np.ndarray:
+    """``select_and_scatter`` with ``compare select`` and ``add``, one window at a time (padding never picked)."""
+    keep = {"GE": np.greater_equal, "GT": np.greater, "LE": np.less_equal, "LT": np.less}[select]
+    out = np.zeros(x.shape, np.float64)
+    for o in itertools.product(*(range(n) for n in source.shape)):
+        best, at = None, None
+        for off in itertools.product(*(range(k) for k in size)):
+            pos = tuple(i * s + f - lo for i, s, f, (lo, _) in zip(o, stride, off, pad, strict=True))
+            if any(q < 0 or q >= n for q, n in zip(pos, x.shape, strict=True)):
+                continue
+            if best is None or not keep(best, x[pos]):
+                best, at = x[pos], pos
+        if at is not None:
+            out[at] += source[o]
+    return out
+
+
+@st.composite
+def windows(draw: st.DrawFn, dilation: bool = True) -> dict[str, object]:
+    """An NHWC-style window over two adjacent axes, or a 1-D one (rank 2 or 3), that fits its padded input."""
+    layout = draw(st.sampled_from(["nhwc", "nlc", "hw"]))
+    spatial = 1 if layout == "nlc" else 2
+    size = [draw(st.integers(1, 3)) for _ in range(spatial)]
+    stride = [draw(st.integers(1, 3)) for _ in range(spatial)]
+    dil = [draw(st.integers(1, 2)) if dilation else 1 for _ in range(spatial)]
+    pad = [(draw(st.integers(0, 2)), draw(st.integers(0, 2))) for _ in range(spatial)]
+    dims = [max(draw(st.integers(1, 9)), (k - 1) * d + 1) for k, d in zip(size, dil, strict=True)]
+    if layout == "hw":
+        return {"shape": dims, "size": size, "stride": stride, "pad": pad, "dilation": dil}
+    n, c = draw(st.sampled_from([1, 2, 5, 40, 130])), draw(st.sampled_from([1, 3, 8, 64, 130]))
+    one = [(0, 0)]
+    return {"shape": [n, *dims, c], "size": [1, *size, 1], "stride": [1, *stride, 1], "pad": one + pad + one,
+            "dilation": [1, *dil, 1]}
+
+
+def _out_shape(shape: list[int], size: list[int], stride: list[int], pad: Pads) -> list[int]:
+    return [(s + lo + hi - k) // st + 1 for s, k, st, (lo, hi) in zip(shape, size, stride, pad, strict=True)]
+
+
+@settings(max_examples=40, deadline=None)
+@given(windows(), st.sampled_from(["max", "min", "add"]), st.integers(0, 2**31))
+def test_pool_is_exact(w: dict[str, list[int]], op: str, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    x = rng.integers(-20, 20, w["shape"]).astype(np.float32)     # sums of small integers are exact
+    if op != "add":
+        x = x + rng.standard_normal(x.shape).astype(np.float32)
+    args = (w["size"], w["stride"], w["pad"], w["dilation"])
+    got = reduce_window(x, *args, op=op)  # type: ignore[arg-type]
+    np.testing.assert_array_equal(got, reference(x, *args, op))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("op,init", [("max", 0.0), ("add", 1.5), ("min", 2.0)])
+def test_an_init_that_is_not_the_identity_pads_and_folds_in(op: str, init: float) -> None:
+    """StableHLO pads with the init value and folds it in once (trnsim's reference executor; XLA's CPU
+    backend pads a sum with 0 instead, so ``jax`` itself is not the reference here)."""
+    x = np.random.default_rng(0).integers(-5, 5, (2, 7, 6, 3)).astype(np.float32)
+    args = ([1, 3, 3, 1], [1, 2, 2, 1], [(0, 0), (1, 1), (1, 0), (0, 0)], [1, 1, 1, 1])
+    fn = JAX_OPS[op][0]
+
+    def f(a: jax.Array) -> jax.Array:
+        return jax.lax.reduce_window(a, init, fn, *args[:3])  # type: ignore[arg-type]
+
+    want = trnsim.jit(f)(x)
+    np.testing.assert_array_equal(reduce_window(x, *args, op=op, init=init), np.asarray(want))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+def test_two_byte_pools_round_once(dtype: str) -> None:
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((4, 12, 12, 16)).astype(np.float32)
+    jdt = jnp.bfloat16 if dtype == "bf16" else jnp.float16
+    xr = np.asarray(jnp.asarray(x).astype(jdt).astype(jnp.float32))
+    args = ([1, 3, 3, 1], [1, 2, 2, 1], [(0, 0), (1, 1), (1, 1), (0, 0)], [1, 1, 1, 1])
+    np.testing.assert_array_equal(reduce_window(x, *args, op="max", dtype=dtype), reference(xr, *args, "max"))  # type: ignore[arg-type]
+    total = reference(xr, *args, "add").astype(jdt).astype(np.float32)       # an fp32 sum rounded once
+    np.testing.assert_array_equal(reduce_window(x, *args, op="add", dtype=dtype), total)  # type: ignore[arg-type]
+
+
+def test_avg_divides_by_the_window() -> None:
+    x = np.random.default_rng(2).standard_normal((2, 8, 8, 5)).astype(np.float32)
+    args = ([1, 2, 2, 1], [1, 2, 2, 1], [(0, 0)] * 4, [1] * 4)
+    np.testing.assert_allclose(reduce_window(x, *args, op="avg"), reference(x, *args, "add") / 4, rtol=1e-6)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("shape", [(130, 10, 10, 3), (1, 1, 1600), (3, 57, 60, 200)])
+def test_many_bands_and_long_windows(shape: tuple[int, ...]) -> None:
+    """More bands than partitions, a 401-wide 1-D window (the conformance corpus's), channels past 128."""
+    x = np.random.default_rng(3).standard_normal(shape).astype(np.float32)
+    if len(shape) == 3:
+        args = ([1, 1, 401], [1, 1, 160], [(0, 0)] * 3, [1] * 3)
+    else:
+        args = ([1, 3, 3, 1], [1, 2, 2, 1], [(0, 0), (1, 1), (1, 1), (0, 0)], [1] * 4)
+    np.testing.assert_array_equal(reduce_window(x, *args, op="max"), reference(x, *args, "max"))  # type: ignore[arg-type]
+
+
+@settings(max_examples=40, deadline=None)
+@given(windows(dilation=False), st.sampled_from(["GE", "GT", "LE", "LT"]), st.integers(0, 2**31))
+def test_pool_grad_gives_each_window_to_its_selected_element(w: dict[str, list[int]], select: str, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    x = rng.integers(-2, 3, w["shape"]).astype(np.float32)        # many ties: the order decides
+    source = rng.integers(-4, 5, _out_shape(w["shape"], w["size"], w["stride"], w["pad"])).astype(np.float32)  # type: ignore[arg-type]
+    got = select_and_scatter(x, source, w["size"], w["stride"], w["pad"], select=select)  # type: ignore[arg-type]
+    np.testing.assert_array_equal(got, scatter_reference(x, source, w["size"], w["stride"], w["pad"], select))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("shape,window,stride,padding", [
+    ((8, 16, 16, 32), (2, 2), (2, 2), "VALID"),
+    ((3, 15, 13, 20), (3, 3), (2, 2), "SAME"),
+    ((2, 9, 9, 4), (3, 3), (1, 1), "SAME"),
+])
+def test_pool_grad_is_jax_max_pool_gradient(shape: tuple[int, ...], window: tuple[int, int],
+                                            stride: tuple[int, int], padding: str) -> None:
+    def max_pool(x: jax.Array) -> jax.Array:
+        return jax.lax.reduce_window(x, -jnp.inf, jax.lax.max, (1, *window, 1), (1, *stride, 1), padding)
+
+    x = np.random.default_rng(4).standard_normal(shape).astype(np.float32)
+    y, vjp = jax.vjp(max_pool, jnp.asarray(x))
+    g = np.random.default_rng(5).standard_normal(y.shape).astype(np.float32)
+    (want,) = vjp(jnp.asarray(g))
+    pads = jax.lax.padtype_to_pads(shape, (1, *window, 1), (1, *stride, 1), padding)
+    got = select_and_scatter(x, g, [1, *window, 1], [1, *stride, 1], pads)
+    np.testing.assert_allclose(got, np.asarray(want), rtol=1e-6, atol=1e-6)
+
+
+def test_three_windowed_axes_are_an_error() -> None:
+    with pytest.raises(KernelError, match="two adjacent axes"):
+        reduce_window(np.zeros((2, 4, 6)), [2, 2, 2])
+    assert pool_module.canonical((2, 4, 6), [2, 1, 2], [1, 1, 1], [(0, 0)] * 3, [1] * 3) is None
+
+
+def test_doctests() -> None:
+    assert doctest.testmod(pool_module).failed == 0
