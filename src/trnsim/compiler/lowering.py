@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from functools import partial
 from typing import Any, TypeVar
 
-from trnsim.compiler import convgen, costs, dmagen, selection, tilegen
+from trnsim.compiler import convgen, costs, dmagen, poolgen, selection, tilegen
 from trnsim.compiler.fusion import fuse
 from trnsim.compiler.pipeline import PassContext
 from trnsim.errors import CompileError, UnsupportedError
@@ -228,6 +228,12 @@ def plan_graph(graph: Graph, ctx: PassContext, machine: costs.Machine) -> Plan:
             cost.min_seconds = kernel_seconds = found.seconds
             cost.dma_bytes = found.hbm_bytes
             kernel_name = "argmax"
+        elif len(members) == 1 and (window := poolgen.pool_for(head)) is not None and \
+                (pooled := _kernel_or_none(partial(poolgen.pool_time, machine.target, window), ctx,
+                                           "pool_fallbacks")) is not None:
+            # a window reduction or max-pool gradient the library's pool kernels compute, timed by the model
+            poolgen.pool_cost(pooled, cost)
+            kernel_seconds, kernel_name = pooled.seconds, "pool"
         elif kind == "control":
             for region in members[0].regions:
                 fuse(region, ctx)

@@ -1,0 +1,163 @@
+"""Pooling steps: ``reduce_window`` and ``select_and_scatter`` lowered to the library's pool kernels.
+
+A ``reduce_window`` of one fp32/bf16/fp16 operand whose body is one ``add``, ``maximum`` or ``minimum`` of its
+two arguments (or the ``maximum``/``minimum`` of 8- or 16-bit integers: ``EXACT_INTS``), whose init value is a
+constant, with no base dilation, no negative padding, and a window along one axis or two adjacent ones
+(``trnsim.kernels.pool.canonical``: ``flax``-style ``max_pool``/``avg_pool`` on NHWC, 1-D windows, 2-D
+arrays), runs as ``pool_kernel``; a ``select_and_scatter`` of fp32/bf16/fp16 with such a window whose select
+is one ``compare`` ``GE``/``GT``/``LE``/``LT`` (FLOAT) of its arguments in order and whose scatter is one
+``add`` (what ``jax.grad`` of a max pool emits) runs as ``pool_grad_kernel``. The step's time is the
+kernel's, timed by the instruction-level model (timing-only); every other form keeps the analytic cost
+(``costs``), as does one the kernel cannot trace (a window row too wide for SBUF: the ``pool_fallbacks``
+statistic).
+
+The kernels' work is tiles of 128 bands (an image's band of output rows, ``kernels.pool``); with 128 images
+or more a band's height no longer depends on the batch, so a batch of more than ``2 · SAMPLE_IMAGES`` is
+timed on ``SAMPLE_IMAGES`` and twice as many and extrapolated linearly (``kernel_timing.linear_fit``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+
+from trnsim.compiler.costs import StepCost
+from trnsim.compiler.kernel_timing import TileTime, extrapolate, linear_fit, time_kernel
+from trnsim.ir.graph import Graph, Node, Value
+from trnsim.ir.semantics.reduce import simple_combiner
+
+DSL_DTYPE = {"f32": "fp32", "bf16": "bf16", "f16": "fp16"}
+# NOTE: VectorE computes in fp32, exact for integers of up to 16 bits: their max and min (not their sums,
+# which wrap in StableHLO) run as the kernel too; the init is then the type's limit, not ±inf (padding with it)
+EXACT_INTS = {"i8": "int8", "ui8": "uint8", "i16": "int16", "ui16": "uint16"}
+REDUCE_OP = {"add": "add", "maximum": "max", "minimum": "min"}     # reduce_window body → pool_kernel op
+SAMPLE_IMAGES = 128
+
+
+@dataclass(frozen=True)
+class Pool:
+    """A pool kernel's arguments: ``select`` None for ``pool_kernel`` (``op``, ``init``: None when it is
+    ``op``'s identity, ``dilation``), a compare direction for ``pool_grad_kernel`` (``init``: its value); the
+    canonical ``[N, H, W, C]`` shape and the window along ``H, W``."""
+
+    shape: tuple[int, int, int, int]
+    size: tuple[int, int]
+    stride: tuple[int, int]
+    pad: tuple[tuple[int, int], tuple[int, int]]
+    dilation: tuple[int, int]
+    dtype: str
+    op: str
+    init: float | None
+    select: str | None = None
+
+    def with_images(self, n: int) -> Pool:
+        return replace(self, shape=(n, *self.shape[1:]))
+
+
+def _scalar_constant(v: Value) -> float | None:
+    src = v.producer
+    if src is None or src.op != "constant" or v.type.size != 1:
+        return None
+    return float(np.asarray(src.attrs["value"]).reshape(-1)[0])
+
+
+def _window(node: Node, x: Value, dilation: list[int]) -> Any:
+    from trnsim.kernels.pool import canonical
+
+    a, rank = node.attrs, len(x.type.shape)
+    size = [int(s) for s in a["window_dimensions"]]
+    stride = [int(s) for s in a.get("window_strides") or [1] * rank]
+    pads = a.get("padding")
+    pad = [(0, 0)] * rank if pads is None else [(int(lo), int(hi)) for lo, hi in np.asarray(pads).reshape(rank, 2)]
+    return canonical(tuple(x.type.shape), size, stride, pad, dilation)
+
+
+def _compare(region: Graph) -> str | None:
+    """The direction of a select region that is one FLOAT ``compare`` of its arguments in order."""
+    if len(region.nodes) != 1 or len(region.params) != 2 or len(region.results) != 1:
+        return None
+    (cmp,) = region.nodes
+    if (cmp.op != "compare" or cmp.attrs.get("compare_type", "FLOAT") != "FLOAT"
+            or [v.id for v in cmp.inputs] != [p.id for p in region.params] or region.results[0] is not cmp.out):
+        return None
+    return str(cmp.attrs.get("comparison_direction"))
+
+
+def pool_for(node: Node) -> Pool | None:
+    """The pool kernel's arguments if one computes ``node`` (module docstring); else None."""
+    from trnsim.kernels.pool import IDENTITY, SELECT
+
+    if node.op == "reduce_window" and len(node.inputs) == 2 and len(node.regions) == 1:
+        x, init_v = node.inputs
+        op = REDUCE_OP.get(simple_combiner(node.regions[0]) or "")
+        init = _scalar_constant(init_v)
+        rank = len(x.type.shape)
+        base = [int(d) for d in node.attrs.get("base_dilations") or [1] * rank]
+        dilation = [int(d) for d in node.attrs.get("window_dilations") or [1] * rank]
+        dtype = DSL_DTYPE.get(x.type.dtype) or (EXACT_INTS.get(x.type.dtype) if op != "add" else None)
+        if op is None or init is None or dtype is None or any(d != 1 for d in base) or np.isnan(init):
+            return None
+        win = _window(node, x, dilation)
+        if win is None:
+            return None
+        return Pool(win.shape, win.size, win.stride, win.pad, win.dilation, dtype, op,
+                    None if init == IDENTITY[op] else init)
+    if node.op == "select_and_scatter" and len(node.inputs) == 3 and len(node.regions) == 2:
+        x, source, init_v = node.inputs
+        select = _compare(node.regions[0])
+        init = _scalar_constant(init_v)
+        dtype = DSL_DTYPE.get(x.type.dtype)
+        if (select not in SELECT or simple_combiner(node.regions[1]) != "add" or init is None or dtype is None
+                or source.type.dtype != x.type.dtype or not np.isfinite(init)):
+            return None
+        win = _window(node, x, [1] * len(x.type.shape))
+        if win is None:
+            return None
+        return Pool(win.shape, win.size, win.stride, win.pad, win.dilation, dtype, "add", init, select)
+    return None
+
+
+def pool_time(target: str, pool: Pool) -> TileTime:
+    """The kernel's time (timing-only), sampled over the batch when it is large (module docstring)."""
+    n = pool.shape[0]
+    if n <= 2 * SAMPLE_IMAGES:
+        return _timed(target, pool)
+    a = _timed(target, pool.with_images(SAMPLE_IMAGES))
+    b = _timed(target, pool.with_images(2 * SAMPLE_IMAGES))
+    return extrapolate(a, b, linear_fit(SAMPLE_IMAGES, 2 * SAMPLE_IMAGES, n))
+
+
+@lru_cache(maxsize=256)
+def _timed(target: str, pool: Pool) -> TileTime:
+    import trnsim
+    from trnsim.kernels.pool import Window, pool_grad_kernel, pool_kernel
+
+    spec: Any = trnsim.TensorSpec(pool.shape, pool.dtype)     # shapes, no data: timing only
+    if pool.select is None:
+        return time_kernel(pool_kernel, spec, target=target, size=pool.size, stride=pool.stride, pad=pool.pad,
+                           dilation=pool.dilation, op=pool.op, init=pool.init)
+    oh, ow = Window(pool.shape, pool.size, pool.stride, pool.pad, pool.dilation).out
+    source: Any = trnsim.TensorSpec((pool.shape[0], oh, ow, pool.shape[3]), pool.dtype)
+    return time_kernel(pool_grad_kernel, spec, source, target=target, size=pool.size, stride=pool.stride,
+                       pad=pool.pad, select=pool.select, init=pool.init or 0.0)
+
+
+def pool_cost(timed: TileTime, cost: StepCost) -> None:
+    """A pooling step's cost from its kernel's timed run: engines, instructions, HBM traffic."""
+    cost.busy, cost.instructions = dict(timed.busy), dict(timed.by_engine)
+    cost.min_seconds = timed.seconds
+    cost.dma_bytes = timed.hbm_bytes
+
+
+def clear_memo() -> None:
+    """Forget every timed pool kernel and its trace."""
+    from trnsim.kernels.pool import pool_grad_kernel, pool_kernel
+
+    _timed.cache_clear()
+    for kernel in (pool_kernel, pool_grad_kernel):
+        cache = getattr(kernel, "_cache", None)
+        if isinstance(cache, dict):
+            cache.clear()

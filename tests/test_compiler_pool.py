@@ -1,0 +1,142 @@
+"""Pooling steps: ``reduce_window`` (max/min/sum pools, forward) and ``select_and_scatter`` (the max-pool
+gradient) lower to the library's pool kernels and take their timed run; forms the kernels do not take keep
+the analytic cost; large batches are sampled; the conformance corpus's pooling files still pass."""
+
+# pyright: reportUnknownLambdaType=false
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import trnsim
+from trnsim.compiler import poolgen
+from trnsim.compiler.lowering import Step
+from trnsim.conformance import run_file
+
+POOL_OPS = ("reduce_window", "select_and_scatter")
+CORPUS = Path("/work/shared/conformance/stablehlo")
+
+
+def max_pool(x: jax.Array, window: int = 2, stride: int = 2, padding: str = "VALID") -> jax.Array:
+    """``flax.linen.max_pool`` on NHWC."""
+    return jax.lax.reduce_window(x, -jnp.inf, jax.lax.max, (1, window, window, 1), (1, stride, stride, 1), padding)
+
+
+def avg_pool(x: jax.Array, window: int = 2, stride: int = 2, padding: str = "VALID") -> jax.Array:
+    """``flax.linen.avg_pool`` on NHWC (padding counted)."""
+    total = jax.lax.reduce_window(x, 0.0, jax.lax.add, (1, window, window, 1), (1, stride, stride, 1), padding)
+    return total / (window * window)
+
+
+def _pool_steps(program: trnsim.CompiledProgram) -> list[Step]:
+    return [s for s in program.plan.steps if any(op in POOL_OPS for op in s.ops)]
+
+
+def _cnn_step():  # type: ignore[no-untyped-def]
+    def loss(p, x):  # type: ignore[no-untyped-def]
+        h = jax.nn.relu(jax.lax.conv_general_dilated(x, p["c"], (1, 1), "SAME",
+                                                     dimension_numbers=("NHWC", "HWIO", "NHWC")))
+        h = max_pool(h, 3, 2, "SAME")
+        h = avg_pool(h, 2, 2)
+        h = max_pool(h)
+        return jnp.mean(jnp.square(h))
+
+    def step(p, x):  # type: ignore[no-untyped-def]
+        value, grads = jax.value_and_grad(loss)(p, x)
+        return value, jax.tree.map(lambda a, b: a - 0.1 * b, p, grads)
+
+    return step
+
+
+def test_cnn_pools_and_their_gradients_are_kernels() -> None:
+    step = _cnn_step()
+    p = {"c": jax.random.normal(jax.random.key(0), (3, 3, 3, 8)) * 0.3}
+    x = np.random.default_rng(0).standard_normal((4, 16, 16, 3)).astype(np.float32)
+    program = trnsim.compile(jax.jit(step).lower(p, x), cache=False)
+    pools = _pool_steps(program)
+    ops = sorted(op for s in pools for op in s.ops)
+    assert ops == ["reduce_window"] * 4 + ["select_and_scatter"] * 2   # 3 pools, the avg pool's gradient, 2 grads
+    assert {s.kernel for s in pools} == {"pool"}
+    assert not [s for s in program.plan.steps if s.kernel == "vector_reduce" and set(s.ops) & set(POOL_OPS)]
+    for s in pools:
+        form = poolgen.pool_for(program.graph.nodes[s.nodes[0]])
+        assert form is not None
+        timed = poolgen.pool_time("trn3", form)
+        assert s.seconds == timed.seconds and s.busy == timed.busy and s.busy["vector"] > 0
+    got = trnsim.jit(step)(p, x)
+    ref = jax.jit(step)(p, x)
+    for g, r in zip(jax.tree.leaves(got), jax.tree.leaves(ref), strict=True):
+        np.testing.assert_allclose(np.asarray(g), np.asarray(r), rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
+def test_max_pool_and_gradient_of_a_typical_layer(dtype: jnp.dtype) -> None:
+    """2x2/2 max pool of [8, 32, 32, 64] and its gradient: kernels, timed; results as JAX's."""
+    def f(x: jax.Array) -> tuple[jax.Array, jax.Array]:
+        y, vjp = jax.vjp(max_pool, x)
+        return y, vjp(jnp.ones_like(y))[0]
+
+    x = jnp.asarray(np.random.default_rng(1).standard_normal((8, 32, 32, 64)), dtype)
+    program = trnsim.compile(jax.jit(f).lower(x), cache=False)
+    pools = _pool_steps(program)
+    assert [s.kernel for s in pools] == ["pool", "pool"]
+    assert all(0 < s.seconds < 1e-4 for s in pools)
+    for g, r in zip(trnsim.jit(f)(x), jax.jit(f)(x), strict=True):
+        np.testing.assert_array_equal(np.asarray(g, np.float32), np.asarray(r, np.float32))
+
+
+@pytest.mark.parametrize("fn,shape,dtype", [
+    (lambda x: jax.lax.reduce_window(x, -jnp.inf, jax.lax.max, (2, 2, 2), (1, 1, 1), "VALID"),
+     (3, 4, 5), jnp.float32),                                                       # three windowed axes
+    (lambda x: jax.lax.reduce_window(x, 0.0, jax.lax.add, (1, 2, 2, 1), (1, 1, 1, 1), "VALID",
+                                     base_dilation=(1, 2, 2, 1)), (2, 5, 5, 3), jnp.float32),  # base dilation
+    (lambda x: jax.lax.reduce_window(x, 0, jax.lax.add, (1, 2), (1, 2), "VALID"), (4, 6), jnp.int16),  # int sum
+    (lambda x: jax.lax.reduce_window(x, -2**31, jax.lax.max, (1, 2), (1, 2), "VALID"), (4, 6), jnp.int32),
+])
+def test_other_window_reductions_keep_the_analytic_cost(fn: object, shape: tuple[int, ...], dtype: object) -> None:
+    program = trnsim.compile(jax.jit(fn).lower(jax.ShapeDtypeStruct(shape, dtype)), cache=False)  # type: ignore[arg-type]
+    (step,) = _pool_steps(program)
+    assert step.kernel == "vector_reduce"
+
+
+def test_integer_max_pool_is_a_kernel() -> None:
+    x = np.random.default_rng(2).integers(-1000, 1000, (2, 9, 9, 4)).astype(np.int16)
+    f = lambda x: jax.lax.reduce_window(x, np.int16(-32768), jax.lax.max, (1, 3, 3, 1), (1, 2, 2, 1), "SAME")  # noqa: E731
+    program = trnsim.compile(jax.jit(f).lower(x), cache=False)
+    assert [s.kernel for s in _pool_steps(program)] == ["pool"]
+    np.testing.assert_array_equal(np.asarray(trnsim.jit(f)(x)), np.asarray(f(x)))
+
+
+def test_large_batches_are_sampled() -> None:
+    n = 3 * poolgen.SAMPLE_IMAGES
+    form = poolgen.Pool((n, 8, 8, 16), (2, 2), (2, 2), ((0, 0), (0, 0)), (1, 1), "fp32", "max", None)
+    sampled = poolgen.pool_time("trn3", form)
+    whole = poolgen._timed("trn3", form)  # pyright: ignore[reportPrivateUsage]
+    assert sampled.seconds == pytest.approx(whole.seconds, rel=0.05)
+    assert sampled.hbm_bytes == pytest.approx(whole.hbm_bytes, rel=0.01)
+
+
+@pytest.mark.skipif(not CORPUS.is_dir(), reason="no conformance corpus")
+def test_conformance_pooling_files_pass_and_most_are_kernels() -> None:
+    from trnsim.compiler.api import compile_graph
+    from trnsim.errors import UnsupportedError
+    from trnsim.frontend.importer import import_module
+    from trnsim.frontend.mlir import parse
+
+    files = sorted([*CORPUS.glob("reduce_window_*.mlir"), *CORPUS.glob("select_and_scatter_*.mlir")])
+    pooled = 0
+    for path in files:
+        result = run_file(path)
+        assert result.ok, f"{path.name}: {result.message}"
+        try:
+            imported = import_module(parse(path.read_text())[0], where=str(path), lift="inputs", collect_checks=True)
+            program = compile_graph(imported.graph)
+        except UnsupportedError:
+            continue
+        pooled += any(s.kernel == "pool" for s in _pool_steps(program))  # type: ignore[arg-type]
+    assert pooled >= 20
