@@ -461,3 +461,49 @@ def test_a_large_int32_constant_fill_is_set_through_its_fp32_bits() -> None:
     layout = dmagen.Layout("fill", (70, 33), "int32", value=float(-2**31 + 5))
     filled = trnsim.run_kernel(dmagen._kernel(), np.zeros((1,), np.int32), layout=layout).outputs[0]  # pyright: ignore[reportPrivateUsage]
     np.testing.assert_array_equal(filled, np.full((70, 33), -2**31 + 5, np.int32))
+
+
+# ---- dynamic slices: row gathers at offsets that are data ------------------------------------------------
+
+@settings(max_examples=25, deadline=None)
+@given(shape=st.lists(st.integers(1, 9), min_size=1, max_size=3), data=st.data(),
+       index_dtype=st.sampled_from(["int32", "uint8"]))
+def test_dynamic_slices_gather_rows_at_clamped_offsets_exactly(shape: list[int], data: st.DataObject,
+                                                               index_dtype: str) -> None:
+    """StableHLO clamps each start to ``[0, n - size]`` (jax's negative-index wrap happens before the op)."""
+    sizes = tuple(data.draw(st.integers(1, n)) for n in shape)
+    assume(sizes != tuple(shape))
+    low = 0 if index_dtype == "uint8" else -12
+    starts = [data.draw(st.integers(low, 12)) for _ in shape]
+    constant = [data.draw(st.booleans()) for _ in shape]
+    assume(not all(constant))
+    x = np.arange(np.prod(shape), dtype=np.float32).reshape(shape)
+    start = tuple(min(max(s, 0), n - z) if c else -1 for s, c, n, z in zip(starts, constant, shape, sizes, strict=True))
+    kind: Any = {"int32": np.int32, "uint8": np.uint8}[index_dtype]
+    values = [dsl.typed(np.array([s], kind), index_dtype) for s, c in zip(starts, constant, strict=True) if not c]
+    layout = dmagen.Layout("dynamic_slice", tuple(shape), "fp32", start=start, sizes=sizes,
+                           others=((1,),) * len(values), index_dtype=index_dtype)
+    plan = dmagen.GatherPlan.of(layout)
+    kernel = dmagen._kernel()  # pyright: ignore[reportPrivateUsage]
+    got = trnsim.run_kernel(kernel, x.reshape(plan.table), *values, layout=layout).outputs[0]
+    begin = [min(max(s, 0), n - z) for s, n, z in zip(starts, shape, sizes, strict=True)]
+    want = x[tuple(slice(b, b + z) for b, z in zip(begin, sizes, strict=True))]
+    np.testing.assert_array_equal(np.asarray(got).reshape(want.shape), want)
+
+
+def test_a_jitted_dynamic_slice_is_a_gather_kernel_and_a_dynamic_update_slice_stays_analytic() -> None:
+    """An indirect DMA reads rows at offsets that are data; the ISA has no indirect *write* (only a
+    scatter-add), so a dynamic_update_slice keeps the analytic cost."""
+    def fn(x: Any, u: Any, i: Any) -> Any:
+        return jax.lax.dynamic_slice(x, (i, 3), (100, 60)), jax.lax.dynamic_update_slice(x, u, (i, 0))
+
+    x, u = np.arange(300 * 64, dtype=np.float32).reshape(300, 64), np.ones((2, 64), np.float32)
+    program = trnsim.compile(jax.jit(fn).lower(x, u, np.int32(0)), cache=False)
+    kernels = {s.ops[0]: s.kernel for s in program.plan.steps if s.ops[0].startswith("dynamic")}
+    assert kernels == {"dynamic_slice": "generated_dma", "dynamic_update_slice": "dma_copy"}
+    step = next(s for s in program.plan.steps if s.ops == ["dynamic_slice"])
+    layout = dmagen.layout_for(program.graph.nodes[step.nodes[0]])
+    assert layout is not None and layout.start == (-1, 3) and step.seconds == dmagen.layout_time("trn3", layout).seconds
+    for i in (0, 150, 290, -5):
+        got, want = trnsim.jit(fn)(x, u, np.int32(i)), fn(x, u, np.int32(i))
+        assert all(np.array_equal(np.asarray(g), np.asarray(w)) for g, w in zip(got, want, strict=True))

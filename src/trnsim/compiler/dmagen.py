@@ -16,6 +16,11 @@ that gives every code back), and a constant broadcast into a tensor is such a fi
 their bytes. The kernels are traced once per shape and timed in timing-only mode; on the functional
 simulator they move the data exactly (tested).
 
+A ``dynamic_slice`` whose start indices are data is a row gather (``GatherPlan``): the starts are DMA'd to
+the partitions, clamped and scaled into a table-row offset on VectorE, and indirect DMAs read the rows (whole
+contiguous runs of the slice) at that offset plus an iota. A ``dynamic_update_slice`` has no such form: the
+ISA's only indirect write is a scatter-*add*, so it keeps the analytic cost.
+
 Gathers and scatter-adds have two DMA forms. Row lookups of a ``[V, D]`` table and their gradient are the
 kernel library's embedding kernels (``Lookup``). One element per row along any axis (cross-entropy's
 ``take_along_axis`` of the label's logit, and its gradient) is a ``Pick``: the flat address of each row's
@@ -63,6 +68,9 @@ class Layout:
                                               # when the fill value is the kernel's second input (data)
     axis: int = 0
     dims: tuple[int, ...] = ()                # reverse: the reversed dimensions
+    sizes: tuple[int, ...] = ()               # dynamic_slice: the slice sizes; ``start`` holds each constant
+    index_dtype: str = ""                     # start (clamped), -1 where it is data: the inputs after x,
+                                              # ``others``, scalars of ``index_dtype``
 
 
 def layout_for(node: Node) -> Layout | None:
@@ -89,11 +97,117 @@ def layout_for(node: Node) -> Layout | None:
         return Layout("pad", x.shape, dtype, low=tuple(a["edge_padding_low"]), high=tuple(a["edge_padding_high"]),
                       interior=tuple(a["interior_padding"]), value=value or 0.0,
                       others=((1,),) if value is None else ())
+    if node.op == "dynamic_slice":
+        return _dynamic_slice_for(node)
     if node.op == "concatenate" and 1 < len(node.inputs) <= MAX_INPUTS and \
             all(v.type.dtype == x.dtype for v in node.inputs):
         return Layout("concatenate", x.shape, LAYOUT_DTYPE[x.dtype],
                       others=tuple(v.type.shape for v in node.inputs[1:]), axis=int(node.attrs["dimension"]))
     return None
+
+
+def _dynamic_slice_for(node: Node) -> Layout | None:
+    """A ``dynamic_slice`` with start indices that are data as a row gather (``GatherPlan``); with constant
+    starts alone it is a slice (StableHLO clamps each start to ``[0, n - size]``). None when the starts are
+    not integers the DMA gather's address computation takes, or the gather would need more than
+    ``MAX_PICK_TILES`` DMAs or a table of ``EXACT`` rows or more."""
+    x, starts = node.inputs[0].type, node.inputs[1:]
+    sizes = tuple(int(z) for z in node.attrs["slice_sizes"])
+    if len(starts) != x.rank or len(starts) >= MAX_INPUTS or any(v.type.dtype not in INDEX_DTYPES for v in starts) \
+            or node.out.type.size == 0:
+        return None
+    const = [_constant_int(v) for v in starts]
+    start = tuple(-1 if c is None else min(max(c, 0), n - z) for c, n, z in zip(const, x.shape, sizes, strict=True))
+    dtype = LAYOUT_DTYPE[x.dtype]
+    if all(c is not None for c in const) or sizes == x.shape:
+        begin = tuple(max(c, 0) for c in start)
+        limit = tuple(b + z for b, z in zip(begin, sizes, strict=True))
+        return Layout("slice", x.shape, dtype, start=begin, limit=limit, stride=(1,) * x.rank)
+    layout = Layout("dynamic_slice", x.shape, dtype, start=start, sizes=sizes,
+                    others=tuple((1,) for c in const if c is None), index_dtype=INDEX_DTYPES[starts[0].type.dtype])
+    plan = GatherPlan.of(layout)
+    return layout if plan.table[0] < EXACT and len(plan.tiles) <= MAX_PICK_TILES else None
+
+
+def _constant_int(value: Value) -> int | None:
+    node = value.producer
+    if node is None or node.op != "constant" or value.type.size != 1:
+        return None
+    return int(node.attrs["value"].reshape(-1)[0])
+
+
+@dataclass(frozen=True)
+class GatherPlan:
+    """A dynamic slice as gathers of whole rows of ``x`` viewed as the table ``[prod(shape[:k+1]),
+    prod(shape[k+1:])]``, ``k`` the last dim the slice does not cover whole (the dims after it are whole, so
+    a row is one contiguous run). The result is ``[prod(sizes[:k+1]), row]``; result row ``(i_0 .. i_k)`` is
+    table row ``Σ_d (start_d + i_d) · T_d`` (``T_d = prod(shape[d+1:k+1])``, ``T_k = 1``). ``tiles``: per
+    block of ≤ ``GATHER_ROWS`` consecutive ``i_k`` at one ``(i_0 .. i_k-1)``, its first result row, rows, and the table
+    row offset of its first row without the starts that are data.
+
+    NOTE: tiles of ``GATHER_ROWS`` rather than 128 rows when rows exceed ``SMALL_ROW`` bytes: each gather is
+    one DMA on one queue, and smaller ones spread over the queues (one of 128 rows of 4 KiB would take a
+    queue alone for ~16 us); tiny rows (single elements) stay 128 a gather, whose cost is its descriptors."""
+
+    table: tuple[int, int]
+    out: tuple[int, int]
+    row_strides: tuple[int, ...]                 # T_d for d ≤ k
+    tiles: tuple[tuple[int, int, int], ...]
+
+    @staticmethod
+    def of(layout: Layout) -> GatherPlan:
+        shape, sizes = layout.shape, layout.sizes
+        k = max(d for d in range(len(shape)) if sizes[d] < shape[d])
+        width = prod(shape[k + 1:])
+        strides = tuple(prod(shape[d + 1 : k + 1]) for d in range(k + 1))
+        fixed = sum(max(s, 0) * t for s, t in zip(layout.start, strides, strict=False))
+        per = GATHER_ROWS if width * get_dtype(layout.dtype).itemsize > SMALL_ROW else 128
+        tiles: list[tuple[int, int, int]] = []
+        for outer in _indices(sizes[:k]):
+            row0 = sum(i * prod(sizes[d + 1 : k + 1]) for d, i in enumerate(outer))
+            base = fixed + sum(i * t for i, t in zip(outer, strides, strict=False))
+            tiles += [(row0 + c0, p, base + c0) for c0, p in _blocks(sizes[k], per)]
+        return GatherPlan((prod(shape[: k + 1]), width), (prod(sizes[: k + 1]), width), strides, tuple(tiles))
+
+
+def _gather_slice(layout: Layout, table: Any, starts: list[Any]) -> Any:
+    """``layout``'s dynamic slice of ``table`` (``GatherPlan``). The starts that are data are DMA'd to every
+    partition, clamped and scaled on VectorE into one table-row offset (fp32: exact below ``EXACT``); per
+    tile, an iota of its rows plus that offset is the index of one ``dma_gather`` per block of columns,
+    issued ``PICK_DEPTH`` ahead of the stores (the sync engine issues DMAs in program order)."""
+    from trnsim import dsl
+    from trnsim.kernels.layout import prefetch
+
+    plan = GatherPlan.of(layout)
+    out = dsl.hbm_tensor(plan.out, table.dtype, name="out")
+    offset = None
+    data = iter(starts)
+    for d, (s, n, z) in enumerate(zip(layout.start, layout.shape, layout.sizes, strict=True)):
+        start = next(data) if s < 0 else None
+        if start is None or d >= len(plan.row_strides):
+            continue            # a constant start (in the tiles' offsets), or a whole dim's (clamped to 0)
+        one = dsl.sbuf((128, 1), layout.index_dtype)
+        dsl.load(one, start.broadcast_to((128, 1)))
+        clamped = dsl.tensor_scalar(one, "max", 0.0, "min", float(n - z), dtype="fp32")
+        offset = dsl.tensor_scalar(clamped, "mul", float(plan.row_strides[d]), "add",
+                                   0.0 if offset is None else offset, dtype="fp32")
+    if offset is None:
+        offset = dsl.zeros((128, 1), "fp32")
+    rows = dsl.iota((128, 1), "fp32", channel_multiplier=1)
+    columns = _blocks(plan.table[1], FILL_COLS)
+    work = [(tile, c0, w) for tile in plan.tiles for c0, w in columns]
+
+    def gather(item: tuple[tuple[int, int, int], int, int]) -> Callable[[], Any]:
+        (_, p, base), c0, w = item
+
+        def issue() -> Any:
+            index = dsl.tensor_scalar(rows[:p], "add", offset[:p], "add", float(base), dtype="int32")
+            return dsl.dma_gather(dsl.sbuf((p, w), table.dtype), table[:, c0 : c0 + w], index)
+        return issue
+
+    for ((r0, p, _), c0, w), got in zip(work, prefetch([gather(item) for item in work], PICK_DEPTH), strict=True):
+        dsl.store(out[r0 : r0 + p, c0 : c0 + w], got)
+    return out
 
 
 def fill_for(nodes: list[Node]) -> Layout | None:
@@ -160,6 +274,8 @@ def _kernel() -> Any:
                 spread(out[box], part)
                 at += n
             return out
+        if layout.op == "dynamic_slice":
+            return _gather_slice(layout, x, [v for v in (x1, x2, x3, x4, x5, x6, x7) if v is not None])
         if layout.op == "fill":
             out = dsl.hbm_tensor(layout.shape, x.dtype, name="out")
             _fill(out, _memset(dsl.sbuf((128, FILL_COLS), x.dtype), layout.value), copy)
@@ -350,6 +466,16 @@ def layout_time(target: str, layout: Layout) -> LayoutTime:
     return _timed(target, layout)
 
 
+def layout_specs(layout: Layout) -> list[Any]:
+    """The layout kernel's arguments as shape descriptions: ``x`` (a dynamic slice's as its ``GatherPlan``
+    table), then ``others`` (of ``index_dtype`` when given)."""
+    import trnsim
+
+    shape = GatherPlan.of(layout).table if layout.op == "dynamic_slice" else layout.shape
+    spec: Any = trnsim.TensorSpec
+    return [spec(shape, layout.dtype), *(spec(s, layout.index_dtype or layout.dtype) for s in layout.others)]
+
+
 @lru_cache(maxsize=1024)
 def _timed(target: str, layout: Layout) -> LayoutTime:
     import trnsim
@@ -357,8 +483,7 @@ def _timed(target: str, layout: Layout) -> LayoutTime:
 
     if not _KERNEL:
         _KERNEL.append(_kernel())
-    specs: list[Any] = [trnsim.TensorSpec(s, layout.dtype) for s in (layout.shape, *layout.others)]
-    result = trnsim.run_kernel(_KERNEL[0], *specs, target=target, timing=True, layout=layout)
+    result = trnsim.run_kernel(_KERNEL[0], *layout_specs(layout), target=target, timing=True, layout=layout)
     profile = result.profile
     assert isinstance(profile, Profile)
     from trnsim.compiler.kernel_timing import engine_counts
@@ -449,6 +574,8 @@ def lookup_time(target: str, lookup: Lookup) -> LayoutTime:
 EXACT = 2**24          # the ALU computes in fp32 (isa.ops): integer addresses below this are exact
 MAX_PICK_TILES = 1024  # row tiles of one pick kernel; beyond this the step keeps the analytic cost
 PICK_DEPTH = 8         # tiles whose addresses (and gathers) are issued ahead: the sync engine issues DMAs in order
+GATHER_ROWS = 32       # rows of one gather of a dynamic slice whose rows exceed SMALL_ROW bytes (GatherPlan)
+SMALL_ROW = 512        # bytes (reference/neuron.md §1.2: below 256 B a partition, DMA is overhead-bound)
 INDEX_DTYPES: dict[str, str] = {k: DSL_DTYPE[k] for k in ("i32", "ui32", "i16", "ui16", "i8", "ui8")}
 ACCUMULATE_DTYPES = ("fp32", "bf16")   # DMA read-add-write is BF16/FP32 (neuron.md §1.4), no ints (§1.5)
 
