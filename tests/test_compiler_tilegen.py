@@ -868,3 +868,40 @@ def test_conversions_to_integers_truncate_saturate_and_wrap(out: str) -> None:
     i = np.resize(np.asarray([0, 1, -1, 127, 128, 255, 256, -129, 65535, 65536, -32769, 1 << 20, -(1 << 20), 300,
                               -300, 7], np.int32), 128).reshape(8, 16)
     _exact(lambda f, i: (f.astype(out), i.astype(out)), f, i)
+
+
+@pytest.mark.parametrize("dtype", ["int8", "int16", "int32", "uint8", "uint16", "uint32"])
+def test_shifts_wrap_read_amounts_unsigned_and_give_zero_or_the_sign_past_the_width(dtype: str) -> None:
+    """Every amount from -1 (read unsigned: past the width) to the width + 1, of values with the top bit set
+    or not: left shifts drop the bits shifted out (the ISA's write would saturate), logical shifts fill with
+    zeros, arithmetic ones with the sign (an unsigned type's top bit read as one)."""
+    bits = np.dtype(dtype).itemsize * 8
+    info = np.iinfo(dtype)
+    values = np.asarray([info.min, info.max, 1, 0, 5, info.max // 3, info.min + 7, -3 if info.min < 0 else 200],
+                        np.int64)
+    amounts = np.asarray([0, 1, 3, bits - 1, bits, bits + 1, 7, -1 if info.min < 0 else info.max], np.int64)
+    x, s = (m.reshape(4, 16).astype(dtype) for m in np.meshgrid(values, amounts))
+    three = jnp.asarray(3, dtype)
+    _exact(lambda x, s: (jax.lax.shift_left(x, s), jax.lax.shift_right_logical(x, s),
+                         jax.lax.shift_right_arithmetic(x, s), jax.lax.shift_left(x, three),
+                         jax.lax.shift_right_arithmetic(x, three), jax.lax.shift_right_logical(x, s[:1])), x, s)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_round_half_away_from_zero_is_exact(dtype: str) -> None:
+    """``round_nearest_afz``: halves away from zero, 0.49999997 down (``floor(|x| + 0.5)`` would round it up),
+    signed zeros, infinities and NaN."""
+    values = [0.5, -0.5, 1.5, -1.5, 2.5, -2.5, 0.49999997, -0.49999997, -0.0, 0.0, -0.3, 3.7, -3.7, np.inf,
+              -np.inf, np.nan, 4194305.5, -8388607.5, 1e30, 123.25]
+    x = np.resize(np.asarray(values, np.float32), 128).reshape(8, 16).astype(dtype)
+    _exact(lambda x: jax.lax.round(x, jax.lax.RoundingMethod.AWAY_FROM_ZERO), x)
+
+
+def test_a_scalar_predicate_or_bound_is_spread_over_the_tile() -> None:
+    """``select`` of a 0-d predicate (``select_n``) and ``clamp`` with a scalar bound and tensor bound."""
+    rng = np.random.default_rng(23)
+    x, y = (rng.standard_normal((8, 18)).astype(np.float32) for _ in range(2))
+    x[0, :2] = [-0.0, np.nan]
+    for p in (np.asarray(True), np.asarray(False)):
+        _exact(lambda p, x, y: (jax.lax.select(jnp.broadcast_to(p, x.shape), x, y),
+                                jax.lax.clamp(jnp.float32(-0.5), x, y)), p, x, y)

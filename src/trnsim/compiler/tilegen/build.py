@@ -26,6 +26,7 @@ from trnsim.compiler.tilegen.recipe import (
     PARTITIONS,
     PSUM_COLS,
     REDUCE,
+    UNSIGNED,
     WRAP,
     WRAPPING,
     Recipe,
@@ -388,12 +389,8 @@ class _Builder:
             if not tiles <= {"mid", "col", "sc"}:
                 return None              # a [rows, inner] tile meets only others of its width, or columns
             result = "mid"
-        elif "full" in tiles or ("vec" in tiles and tiles & {"col", "sc"}):
-            result = "full"
-        elif "vec" in tiles:
-            result = "vec"
         else:
-            result = "col" if "col" in tiles else "sc"
+            result = _combine(tiles)
         composed = _COMPOSED.get((node.op, out_t.dtype in FLOATS))
         if composed is not None:
             if result not in ("full", "vec", "col", "sc"):
@@ -413,8 +410,14 @@ class _Builder:
                                        node.inputs[0].type.dtype not in ("f32", "bf16", "f16")):
             step = ("alu", CMP[node.attrs["comparison_direction"]], operands, dt)
         elif node.op == "select":
-            if kinds[0] == "imm" or (any(k in ("col", "sc") for k in kinds) and result in ("full", "vec", "mid")):
+            if kinds[0] == "imm" or (any(k in ("col", "sc") for k in kinds) and result == "mid"):
                 return None
+            if any(k in ("col", "sc") for k in kinds) and result in ("full", "vec"):
+                # a scalar predicate or value (``select_n`` of a 0-d i1) spread over a tile: ``1 * x``, exact
+                operands = tuple(self.push(("alu", "mul", (self.const(1.0, d), o), d), "full")
+                                 if k in ("col", "sc") else o
+                                 for o, k, d in zip(operands, kinds, ("uint8", dt, dt), strict=True))
+                kinds, result = [self.kind(o) for o in operands], "full"
             if result == "mid" and "imm" in kinds:
                 return None
             column = result in ("col", "sc")
@@ -440,7 +443,9 @@ class _Builder:
                 return None
             step = (grouped[0], grouped[1], (operands[0], ("imm", float(grouped[2]))), dt)
         elif node.op == "clamp" and kinds[1] != "imm":
-            lo = self.push(("alu", "max", (operands[1], operands[0]), dt), result)
+            inner = {kinds[0], kinds[1]} - {"imm"}
+            lo = self.push(("alu", "max", (operands[1], operands[0]), dt),
+                           _combine(inner) if result in ("full", "vec", "col", "sc") else result)
             if result == "red":
                 self.red_shape[lo] = self.red_shape[operands[1]]
             step = ("alu", "min", (lo, operands[2]), dt)
@@ -453,7 +458,7 @@ class _Builder:
         else:
             return None
         if sum(k in ("col", "sc") for k in kinds) and result in ("full", "vec", "mid") and step[0] == "alu" and \
-                len([k for k in kinds if k in ("full", "vec", "mid")]) != 1:
+                len([k for k in kinds if k in ("full", "vec", "mid")]) != 1 and node.op != "clamp":
             return None                  # tensor_scalar: one tile and one column (or immediate)
         ref = self.push(step, result)
         if result == "red":
@@ -711,6 +716,15 @@ class _Builder:
         return None
 
 
+def _combine(tiles: set[str]) -> str:
+    """The kind of an elementwise result of operands of these kinds (neither ``red`` nor ``mid``)."""
+    if "full" in tiles or ("vec" in tiles and tiles & {"col", "sc"}):
+        return "full"
+    if "vec" in tiles:
+        return "vec"
+    return "col" if "col" in tiles else "sc"
+
+
 def _contains(wide: str, narrow: str) -> bool:
     """Whether every value of integer type ``narrow`` is one of ``wide``."""
     return INT_RANGE[wide][0] <= INT_RANGE[narrow][0] and INT_RANGE[narrow][1] <= INT_RANGE[wide][1]
@@ -738,6 +752,21 @@ def _round_even(b: _Builder, operands: tuple[Ref, ...], out: str, result: str) -
     kept = b.push(("select", "select", (large, x, rounded), "fp32"), result)
     zero = b.alu("eq", kept, 0.0, "uint8", result)
     return b.push(("select", "select", (zero, b.alu("mul", x, 0.0, "fp32", result), kept), DSL_DTYPE[out]), result)
+
+
+def _round_away(b: _Builder, operands: tuple[Ref, ...], out: str, result: str) -> Ref:
+    """Round half away from zero: ``trunc(x) + trunc(2 f)`` for ``f = fmod(x, 1)`` of ``x`` clamped to ±2**24
+    (``trunc(x) = x - f``; ``2 f`` in (-2, 2) is exact and its integer part -1, 0 or 1 is ``2 f - fmod(2 f, 1)``):
+    every step exact, 0.49999997 included. A zero result is signed as ``x`` (``x * 0``), as in ``_round_even``."""
+    (x,) = operands
+    clamped = b.alu("min", b.alu("max", x, -2.0 ** 24, "fp32", result), 2.0 ** 24, "fp32", result)
+    f = b.alu("mod", clamped, 1.0, "fp32", result)
+    twice = b.alu("mul", f, 2.0, "fp32", result)
+    half = b.alu("sub", twice, b.alu("mod", twice, 1.0, "fp32", result), "fp32", result)
+    rounded = b.alu("add", b.alu("sub", x, f, "fp32", result), half, "fp32", result)
+    zero = b.alu("eq", rounded, 0.0, "uint8", result)
+    return b.push(("select", "select", (zero, b.alu("mul", x, 0.0, "fp32", result), rounded), DSL_DTYPE[out]),
+                  result)
 
 
 def _float_sign(b: _Builder, operands: tuple[Ref, ...], out: str, result: str) -> Ref:
@@ -797,11 +826,54 @@ def _int_remainder(b: _Builder, operands: tuple[Ref, ...], out: str, result: str
     return b.push(("select", "select", (zero, kept, rem), dt), result)
 
 
+def _shift(kind: str) -> Callable[[_Builder, tuple[Ref, ...], str, str], Ref | None]:
+    """StableHLO's shifts of integers on the ISA's int64 ``shl`` / ``shr`` (arithmetic) of the operands' values:
+    the amount read unsigned and capped at the width (``bits - 1`` for an arithmetic shift, whose larger shifts
+    leave the sign), so shifts by the width or more give 0 (the sign) as ``ir.semantics`` has them. A left shift
+    first keeps the bits that stay (``x and (2**bits - 1) >> s``), so its result fits the unsigned twin; a
+    logical one shifts the bits read unsigned; an arithmetic one the value read signed. Results in the
+    unsigned twin are read back as a signed type by a ``wrap``; every value is exact in int64."""
+
+    def build(b: _Builder, operands: tuple[Ref, ...], out: str, result: str) -> Ref | None:
+        x, amount = operands
+        bits, twin, dt = INT_RANGE[out][1].bit_length() + (INT_RANGE[out][0] < 0), WRAP[out], DSL_DTYPE[out]
+        ones = float((1 << bits) - 1)
+        cap = float(bits - 1 if kind == "arithmetic" else bits)
+        if x[0] == "imm":
+            return None
+        if amount[0] == "imm":
+            s: Ref = ("imm", min(float(int(amount[1]) & ((1 << bits) - 1)), cap))
+        else:
+            k = b.kind(amount)
+            unsigned = amount if out in UNSIGNED else b.push(("wrap", twin, (amount,), twin), k)
+            s = b.alu("min", unsigned, cap, "int32", k)
+        step = _combine({b.kind(x)} | ({b.kind(s)} if s[0] != "imm" else set()))
+        if kind == "left":
+            mask = ("imm", float(int(ones) >> int(s[1]))) if s[0] == "imm" else \
+                b.push(("alu", "shr", (("imm", ones), s), twin), b.kind(s))
+            shifted = b.push(("alu", "shl", (b.push(("alu", "and", (x, mask), twin), step), s), twin), step)
+        elif kind == "logical":
+            shifted = b.push(("alu", "shr", (b.alu("and", x, ones, twin, b.kind(x)), s), twin), step)
+        else:
+            signed = x if out not in UNSIGNED else b.push(("wrap", twin, (x,), SIGNED[twin]), b.kind(x))
+            shifted = b.push(("alu", "shr", (signed, s), SIGNED[twin]), step)
+            if out not in UNSIGNED:
+                return shifted
+            return b.push(("wrap", twin, (shifted,), dt), step)        # its bits read unsigned
+        return shifted if twin == dt else b.push(("wrap", twin, (shifted,), dt), step)
+
+    return build
+
+
+SIGNED: dict[str, str] = {"uint8": "int8", "uint16": "int16", "uint32": "int32"}
+
 # (StableHLO op, on floats) → the steps of an op without one instruction of its own
 _COMPOSED: dict[tuple[str, bool], Callable[[_Builder, tuple[Ref, ...], str, str], Ref | None]] = {
     ("floor", True): _floor, ("ceil", True): _ceil, ("round_nearest_even", True): _round_even,
     ("sign", True): _float_sign, ("sign", False): _int_sign, ("not", False): _int_not,
-    ("divide", False): _int_divide, ("remainder", False): _int_remainder,
+    ("divide", False): _int_divide, ("remainder", False): _int_remainder, ("round_nearest_afz", True): _round_away,
+    ("shift_left", False): _shift("left"), ("shift_right_logical", False): _shift("logical"),
+    ("shift_right_arithmetic", False): _shift("arithmetic"),
 }
 
 

@@ -37,6 +37,7 @@ DSL_DTYPE: dict[str, str] = {"f32": "fp32", "bf16": "bf16", "f16": "fp16", "i1":
 WRAP: dict[str, str] = {"i8": "uint8", "i16": "uint16", "i32": "uint32", "ui8": "uint8", "ui16": "uint16",
                         "ui32": "uint32"}
 _NARROW = frozenset({"i8", "i16", "ui8", "ui16"})
+UNSIGNED = frozenset({"ui8", "ui16", "ui32"})
 # op → the integer types whose results it may take out of range (an unsigned difference or negation is
 # negative, so ui32 wraps those too)
 WRAPPING: dict[str, frozenset[str]] = {"add": _NARROW, "multiply": _NARROW, "abs": _NARROW,
