@@ -905,3 +905,19 @@ def test_a_scalar_predicate_or_bound_is_spread_over_the_tile() -> None:
     for p in (np.asarray(True), np.asarray(False)):
         _exact(lambda p, x, y: (jax.lax.select(jnp.broadcast_to(p, x.shape), x, y),
                                 jax.lax.clamp(jnp.float32(-0.5), x, y)), p, x, y)
+
+
+@pytest.mark.parametrize("dtype", ["int8", "int16", "uint8", "uint16", "int32", "bool"])
+def test_integer_maxima_and_minima_along_rows_and_leading_axes_and_wrapped_sums_are_exact(dtype: str) -> None:
+    """Integer reductions start from the type's own extremes (``reduce`` inits INT_MIN / INT_MAX, not ±inf);
+    maxima and minima over either axis are exact; narrow sums along the rows wrap (127 + 1 = -128)."""
+    info = np.iinfo(np.uint8 if dtype == "bool" else dtype)
+    lo, hi = (-(1 << 23), 1 << 23) if dtype == "int32" else (int(info.min), int(info.max))   # int32: below 2**24
+    rng = np.random.default_rng(24)
+    x = rng.integers(lo, hi + 1, (6, 40)).astype(dtype) if dtype != "bool" else rng.random((6, 40)) < 0.3
+    x[0, :3] = [lo, hi, hi] if dtype != "bool" else [True, False, True]
+    fns = [lambda x: (x.max(axis=1), x.min(axis=1)), lambda x: x.max(axis=0), lambda x: x.min(axis=0)]
+    if dtype not in ("bool", "int32"):
+        fns.append(lambda x: jnp.sum(x, axis=1, dtype=x.dtype))
+    for fn in fns:
+        _exact(fn, x)

@@ -52,7 +52,14 @@ def _unit_reduce(node: Node) -> bool:
     op = simple_combiner(node.regions[0])
     init = _immediate(node.inputs[1])
     return all(x.shape[d] == 1 for d in node.attrs["dimensions"]) and op in IDENTITY and init is not None and \
-        init[1] == IDENTITY[op]
+        init[1] == _identity(op, x.dtype)
+
+
+def _identity(op: str, dtype: str) -> float:
+    """The init that leaves a reduction unchanged: an integer type's own extremes for its maxima and minima."""
+    if dtype in INT_RANGE and op in ("maximum", "minimum"):
+        return float(INT_RANGE[dtype][0 if op == "maximum" else 1])
+    return IDENTITY[op]
 
 
 def _immediate(v: Value) -> Ref | None:
@@ -520,7 +527,8 @@ class _Builder:
         x = node.inputs[0]
         op = simple_combiner(node.regions[0])
         init = _immediate(node.inputs[1])
-        if op not in REDUCE or init is None or init[1] != IDENTITY[op] or node.out.type.dtype not in DSL_DTYPE:
+        if op not in REDUCE or init is None or init[1] != _identity(op, x.type.dtype) or \
+                node.out.type.dtype not in DSL_DTYPE:
             return None
         dt = DSL_DTYPE[node.out.type.dtype]
         dims = set(node.attrs["dimensions"])
@@ -538,9 +546,11 @@ class _Builder:
                 return self.push(("middle", REDUCE[op], (src, ("imm", float(count))), dt), "mid")
             last = (r - 1) in dims or not self.cols
             if last:
-                src = self.push(("reduce", REDUCE[op], (src,), dt if dims == {r - 1} else "fp32"), "col")
+                wraps = dims == {r - 1} and node.out.type.dtype in WRAPPING.get(op, ())
+                src = self.push(("reduce", REDUCE[op], (src,), "fp32" if dims != {r - 1} else
+                                 "int32" if wraps else dt), "col")
                 if dims == {r - 1}:
-                    return src
+                    return self.push(("wrap", WRAP[node.out.type.dtype], (src,), dt), "col") if wraps else src
             lead = sorted(dims - {r - 1})
             k = (lead[-1] + 1) if lead else 0
             if not self.cols and len(dims) != r:
@@ -555,8 +565,8 @@ class _Builder:
                 return None
             period, width = 1, 1
         if period > PARTITIONS or node.out.type.size != period * width or \
-                DSL_DTYPE.get(x.type.dtype) not in ("fp32", "bf16", "fp16"):
-            return None
+                (x.type.dtype not in FLOATS and (op == "add" or x.type.dtype not in INT_RANGE)):
+            return None                  # integer sums on TensorE would round above 2**24 and not wrap
         if op == "add" and self.lead_cols + width > MAX_LEAD_COLS:
             return None                  # PSUM banks
         # NOTE: a leading-axis max or min keeps a running [128, width] tile (VectorE, exact in the operand's
