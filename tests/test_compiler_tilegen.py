@@ -921,3 +921,19 @@ def test_integer_maxima_and_minima_along_rows_and_leading_axes_and_wrapped_sums_
         fns.append(lambda x: jnp.sum(x, axis=1, dtype=x.dtype))
     for fn in fns:
         _exact(fn, x)
+
+
+@pytest.mark.parametrize("dtype", ["int8", "uint16", "int32"])
+def test_integer_sums_over_leading_axes_and_reductions_from_another_start_are_exact(dtype: str) -> None:
+    """An integer sum over the leading axes: fp32 on TensorE (exact below 2**24), a narrow type's wrapped after
+    the loop; a ``reduce`` from an init that is not the identity (3, or a float max from 0.5) folds it in."""
+    info = np.iinfo(dtype)
+    lo, hi = (-(1 << 16), 1 << 16) if dtype == "int32" else (int(info.min), int(info.max))
+    x = np.random.default_rng(25).integers(lo, hi + 1, (200, 24)).astype(dtype)      # 2 row tiles
+    x[:3, 0] = [lo, hi, hi]
+    f = np.random.default_rng(26).standard_normal((200, 24)).astype(np.float32)
+    three, half = np.asarray(3, dtype), np.float32(0.5)
+    _exact(lambda x: jnp.sum(x, axis=0, dtype=x.dtype), x)
+    _exact(lambda x: (jax.lax.reduce(x, three, jax.lax.add, (0,)), jax.lax.reduce(x, three, jax.lax.add, (1,)),
+                      jax.lax.reduce(x, three, jax.lax.max, (0,))), x)
+    _exact(lambda f: (jax.lax.reduce(f, half, jax.lax.max, (1,)), jax.lax.reduce(f, half, jax.lax.min, (0,))), f)

@@ -527,9 +527,31 @@ class _Builder:
         x = node.inputs[0]
         op = simple_combiner(node.regions[0])
         init = _immediate(node.inputs[1])
-        if op not in REDUCE or init is None or init[1] != _identity(op, x.type.dtype) or \
-                node.out.type.dtype not in DSL_DTYPE:
+        if op not in REDUCE or init is None or node.out.type.dtype not in DSL_DTYPE:
             return None
+        if init[1] == _identity(op, x.type.dtype):
+            return self.from_identity(node, op)
+        if x.type.dtype not in INT_RANGE and op == "add":
+            return None                  # a float sum from another start would round once more than the IR's
+        # NOTE: from another start (``reduce_int8_4_6_int32_4_6``'s init 3), the reduction and then the start
+        # folded in, exactly: integers, or a float max/min
+        ref = self.from_identity(node, op)
+        if ref is None:
+            return None
+        kind, out = self.kind(ref), node.out.type.dtype
+        wraps = out in WRAPPING.get(op, ())
+        started = self.push(("alu", ALU[op], (ref, init), "int32" if wraps else DSL_DTYPE[out]), kind)
+        if wraps:
+            if kind == "red":
+                self.red_shape[started] = self.red_shape[ref]
+            started = self.push(("wrap", WRAP[out], (started,), DSL_DTYPE[out]), kind)
+        if kind == "red":
+            self.red_shape[started] = self.red_shape[ref]
+        return started
+
+    def from_identity(self, node: Node, op: str) -> Ref | None:
+        """``reduce``'s reduction from its combiner's identity."""
+        x = node.inputs[0]
         dt = DSL_DTYPE[node.out.type.dtype]
         dims = set(node.attrs["dimensions"])
         r = x.type.rank
@@ -565,8 +587,16 @@ class _Builder:
                 return None
             period, width = 1, 1
         if period > PARTITIONS or node.out.type.size != period * width or \
-                (x.type.dtype not in FLOATS and (op == "add" or x.type.dtype not in INT_RANGE)):
-            return None                  # integer sums on TensorE would round above 2**24 and not wrap
+                (x.type.dtype not in FLOATS and x.type.dtype not in INT_RANGE):
+            return None
+        wraps = op == "add" and node.out.type.dtype in WRAPPING["add"]
+        if op == "add" and x.type.dtype in INT_RANGE:
+            # NOTE: integers reach TensorE as fp32 (a copy; exact), whose PSUM sums are exact below 2**24; a
+            # narrow type's sum leaves PSUM as int32 and wraps after the loop
+            if src[0] != "tmp" or self.steps[src[1]][3] != "fp32":
+                src = self.push(("copy", "copy", (src,), "fp32"), self.kind(src))
+            if wraps:
+                dt = "int32"
         if op == "add" and self.lead_cols + width > MAX_LEAD_COLS:
             return None                  # PSUM banks
         # NOTE: a leading-axis max or min keeps a running [128, width] tile (VectorE, exact in the operand's
@@ -584,6 +614,9 @@ class _Builder:
             self.lead_cols += -(-width // PSUM_COLS) * PSUM_COLS
         ref = self.push(("lead", REDUCE[op], (src, ("imm", float(period))), dt), "red", "block")
         self.red_shape[ref] = (period, width)
+        if wraps:
+            ref = self.push(("wrap", WRAP[node.out.type.dtype], (ref,), DSL_DTYPE[node.out.type.dtype]), "red")
+            self.red_shape[ref] = (period, width)
         return ref
 
     def scalar(self, u: Value) -> Ref | None:
