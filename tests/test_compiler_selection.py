@@ -62,6 +62,8 @@ def test_many_row_tiles_are_sampled_within_two_percent() -> None:
     (lambda x: jnp.argmin(x, axis=0), (50, 130), jnp.bfloat16),
     (lambda x: jnp.argmax(x), (1000,), jnp.float16),
     (lambda x: jax.lax.argmin(x, 1, jnp.int32), (6, 40, 3), jnp.int16),
+    (lambda x: jnp.argmax(x, axis=-1), (64, 48), jnp.int32),
+    (lambda x: jnp.argmin(x), (50_000,), jnp.float32),        # one row over the partitions
 ])
 def test_argmax_reduce_is_the_argmax_kernel(fn: Any, shape: tuple[int, ...], dtype: Any) -> None:
     program = _plan(fn, (shape, dtype))
@@ -71,6 +73,8 @@ def test_argmax_reduce_is_the_argmax_kernel(fn: Any, shape: tuple[int, ...], dty
     assert step.busy["vector"] > 0 and step.instructions["vector"] > 0
     rng = np.random.default_rng(1)
     x = rng.integers(-3, 4, shape).astype(dtype)   # ties
+    if dtype == jnp.int32:
+        x[:, ::5] = rng.integers(2**24, 2**24 + 3, x[:, ::5].shape)   # beyond fp32's integers
     if jnp.issubdtype(dtype, jnp.floating):
         x[..., 0] = np.nan
         x.reshape(-1)[::7] = np.nan
@@ -90,7 +94,6 @@ def test_argmax_time_matches_the_kernel_and_is_sampled_for_many_rows() -> None:
 
 
 @pytest.mark.parametrize("fn,dtype", [
-    (lambda x: jnp.argmax(x, axis=-1), jnp.int32),            # fp32 keys do not hold every int32
     (lambda x: jax.lax.reduce((x, jax.lax.broadcasted_iota(jnp.int32, x.shape, 1)), (-jnp.inf, 0),
                               lambda a, b: (jnp.maximum(a[0], b[0]), jnp.minimum(a[1], b[1])), (1,))[1],
      jnp.float32),                                            # another variadic body

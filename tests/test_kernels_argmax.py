@@ -18,7 +18,8 @@ from trnsim.kernels import argmax, argmax_kernel
 
 NAN, INF = float("nan"), float("inf")
 NP_DTYPES: dict[str, Any] = {"fp32": np.float32, "bf16": ml_dtypes.bfloat16, "fp16": np.float16, "int8": np.int8,
-             "uint8": np.uint8, "int16": np.int16, "uint16": np.uint16}
+                             "uint8": np.uint8, "int16": np.int16, "uint16": np.uint16, "int32": np.int32,
+                             "uint32": np.uint32}
 
 
 def _reference(x: np.ndarray, axis: int, smallest: bool) -> np.ndarray:
@@ -28,18 +29,20 @@ def _reference(x: np.ndarray, axis: int, smallest: bool) -> np.ndarray:
 @settings(max_examples=30, deadline=None)
 @given(shape=st.lists(st.integers(1, 40), min_size=1, max_size=3), axis_pick=st.integers(0, 2),
        dtype=st.sampled_from(sorted(NP_DTYPES)), smallest=st.booleans(), spread=st.sampled_from([2, 1000]),
-       chunk=st.sampled_from([8, 13, 16384]), seed=st.integers(0, 2**16))
+       chunk=st.sampled_from([8, 13, 16384]), segment=st.sampled_from([3, 2048]), seed=st.integers(0, 2**16))
 def test_argmax_equals_jnp(shape: list[int], axis_pick: int, dtype: str, smallest: bool, spread: int, chunk: int,
-                           seed: int) -> None:
+                           segment: int, seed: int) -> None:
     """``spread`` 2 makes ties everywhere; floats also get ±inf, ±0 and NaNs of either sign and any payload;
-    ``chunk`` 8 and 13 split rows into chunks (a full one and a short last one)."""
+    ``chunk`` 8 and 13 split rows into chunks (a full one and a short last one), ``segment`` 3 spreads few
+    rows over the partitions."""
     rng = np.random.default_rng(seed)
     axis = axis_pick % len(shape)
     kind = NP_DTYPES[dtype]
     if dtype.startswith(("int", "uint")):
         info = np.iinfo(kind)
-        lo, hi = max(info.min, -spread), min(info.max, spread)
-        x = rng.integers(lo, hi + 1, shape).astype(kind)
+        lo, hi = (info.min, info.max) if spread > 2 and info.bits == 32 else (max(info.min, -spread),
+                                                                               min(info.max, spread))
+        x = rng.integers(lo, hi, shape, dtype=np.int64, endpoint=True).astype(kind)
         x[rng.random(shape) < 0.05] = info.max if smallest else info.min
     else:
         x = (rng.integers(-spread, spread + 1, shape) / 4).astype(np.float32)
@@ -47,7 +50,7 @@ def test_argmax_equals_jnp(shape: list[int], axis_pick: int, dtype: str, smalles
         hits = rng.random(shape) < 0.08
         x[hits] = specials[rng.integers(0, len(specials), int(hits.sum()))]
         x = x.astype(kind)
-    got = argmax(x, axis, dtype, smallest=smallest, chunk=chunk)
+    got = argmax(x, axis, dtype, smallest=smallest, chunk=chunk, segment=segment)
     assert np.array_equal(got, _reference(x, axis, smallest))
 
 
@@ -72,11 +75,36 @@ def test_chunked_rows_merge_to_the_first_best_across_chunks() -> None:
         assert argmax(x, chunk=chunk).tolist() == [7, 47, 0]
 
 
-def test_rejects_dtypes_fp32_keys_do_not_hold_and_empty_arrays() -> None:
-    with pytest.raises(KernelError, match="argmax of int32 values"):
-        argmax_kernel.compile(np.zeros((2, 5, 1), np.int32))
+def test_32_bit_integers_compare_high_then_low_halves() -> None:
+    """Values fp32 cannot tell apart (2**24 + 1 vs 2**24) and the extremes: ``(x >> 16, x & 0xFFFF)`` keys."""
+    x = np.array([[2**24, 2**24 + 1, -2**31, 2**31 - 1, 2**31 - 1, 65535, 65536, -1, -2**31]], np.int32)
+    for smallest in (False, True):
+        for chunk in (3, 16384):
+            assert argmax(x, -1, "int32", smallest=smallest, chunk=chunk).tolist() == \
+                _reference(x, -1, smallest).tolist()
+    u = np.array([[2**32 - 1, 2**31, 2**32 - 2, 0, 2**32 - 1]], np.uint32)
+    assert argmax(u, -1, "uint32").tolist() == [0] and argmax(u, -1, "uint32", smallest=True).tolist() == [3]
+
+
+@pytest.mark.parametrize("cols", [10_000, 9_999, 20_001])
+def test_few_long_rows_spread_over_partitions(cols: int) -> None:
+    """Pieces of a row on many partitions (the last chunk partly empty), ties between pieces resolved by
+    position: the first occurrence wins even when a later partition's piece comes first in the row."""
+    rng = np.random.default_rng(cols)
+    x = rng.integers(-5, 6, (3, cols)).astype(np.float32)
+    x[0, [17, cols - 1]] = 9.0
+    x[1, [cols // 2, 100]] = np.nan
+    for chunk in (64, 16384):
+        for smallest in (False, True):
+            got = argmax(x, smallest=smallest, chunk=chunk, segment=64)
+            assert np.array_equal(got, _reference(x, -1, smallest))
+
+
+def test_rejects_empty_arrays_and_dtypes_without_exact_keys() -> None:
     with pytest.raises(KernelError, match="argmax of an array of shape"):
         argmax(np.zeros((3, 0), np.float32))
+    with pytest.raises(KernelError, match="argmax of fp8_e4m3 values"):
+        argmax(np.zeros((2, 5), np.float32), dtype="fp8_e4m3")
 
 
 def test_long_rows_keep_vectore_busy_and_loads_overlap() -> None:

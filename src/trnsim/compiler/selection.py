@@ -10,8 +10,8 @@ columns. When every read of such a sort's results is one of those slices, the st
 ``jnp.argmax(x, axis)`` (and ``lax.argmax``) is a ``reduce`` over ``axis`` of ``(x, iota along axis)`` from
 ``(-inf, 0)`` (the lowest integer for integer ``x``) whose body keeps the larger value, a NaN above any number,
 and on equal values the lower index (``_ARG_BODY``); ``argmin`` the same with ``LT`` from ``+inf``. When only
-the indices are read, the step is the argmax kernel (``trnsim.kernels.selection``: one max8 / find_index8 per
-row chunk, VectorE); dtypes whose values fp32 does not hold exactly (32-bit integers) keep the analytic cost.
+the indices are read, the step is the argmax kernel (``trnsim.kernels.selection``: max8 / find_index8 per row
+chunk, VectorE; 32-bit integers as two 16-bit keys); 64-bit types are not lowered at all.
 
 A kernel of more than ``2 · SAMPLE_TILES`` row tiles is timed on ``SAMPLE_TILES`` and twice as many and
 extrapolated linearly (``kernel_timing.linear_fit``): its tiles repeat the same rounds.
@@ -108,9 +108,11 @@ def _timed(target: str, top: TopK) -> TileTime:
 # ---- argmax / argmin ----------------------------------------------------------------------------------
 
 INF = float("inf")
-# the dtypes whose values the kernel's fp32 keys hold exactly → (DSL dtype, lowest value, highest value)
+# the dtypes the kernel's fp32 keys hold exactly (32-bit integers as two halves) → (DSL dtype, lowest value,
+# highest value)
 ARG_DTYPES: dict[str, tuple[str, float, float]] = {
     "f32": ("fp32", -INF, INF), "bf16": ("bf16", -INF, INF), "f16": ("fp16", -INF, INF),
+    "i32": ("int32", -2.0**31, 2.0**31 - 1), "ui32": ("uint32", 0.0, 2.0**32 - 1),
     "i16": ("int16", -2.0**15, 2.0**15 - 1), "ui16": ("uint16", 0.0, 2.0**16 - 1),
     "i8": ("int8", -2.0**7, 2.0**7 - 1), "ui8": ("uint8", 0.0, 2.0**8 - 1),
 }

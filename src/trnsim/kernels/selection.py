@@ -1,4 +1,4 @@
-"""Top-k along the last axis in the kernel language, on VectorE's selection instructions.
+"""Top-k and argmax / argmin along an axis in the kernel language, on VectorE's selection instructions.
 
 Rows go on partitions, 128 per tile, a whole row in the free axis. Each round takes the next 8 values::
 
@@ -11,11 +11,16 @@ results. A row shorter than 8 is padded with -inf after its values (their indice
 
 NOTE: a row that itself holds a negative NaN with the quiet bit set (fp32 0xFFC00000, -NaN of the
 replacement) may, in a later round, report a replaced position for it; every other value is exact.
+
+Argmax (``argmax_kernel``) is one max8 + find_index8 round on keys whose largest is the answer (NaNs one
+canonical +NaN, -0.0 folded into +0.0, argmin negated, 32-bit integers as two 16-bit halves), per chunk
+of a row, the chunks (and the partitions a few long rows are spread over) merged by the same instructions.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -87,27 +92,58 @@ CANONICAL_NAN = float("nan")  # fp32 0x7FC00000: every NaN of a key becomes this
 # DMA queues a core): a store sharing a load queue would hold the next tile's load behind this tile's compute
 LOAD_SPLIT = 15
 STORE_QUEUE = 15
-EXACT_KEYS = ("fp32", "bf16", "fp16", "int16", "uint16", "int8", "uint8")   # dtypes fp32 holds exactly
+MIN_SEGMENT = 2048   # values of a row per partition at least, when few long rows are spread over partitions
+FLOAT_KEYS = ("fp32", "bf16", "fp16")
+SPLIT_KEYS = ("int32", "uint32")          # keys (x >> 16, x & 0xFFFF): two fp32-exact halves, compared in turn
+EXACT_KEYS = (*FLOAT_KEYS, "int16", "uint16", "int8", "uint8", *SPLIT_KEYS)
+
+
+@dataclass(frozen=True)
+class _Rows:
+    """How argmax_kernel lays rows out: ``segs`` partitions a row (values ``j·width .. (j+1)·width`` of a row,
+    a piece, go to partition ``j mod segs`` in chunk ``j div segs``), ``chunks`` column blocks of ``width``."""
+
+    cols: int
+    segs: int
+    width: int
+
+    @property
+    def pieces(self) -> int:
+        return -(-self.cols // self.width)
+
+    @property
+    def chunks(self) -> int:
+        return -(-self.pieces // self.segs)
+
+    def chunk(self, c: int) -> list[tuple[int, int, int]]:
+        """(partition in the row, first value, values) of each piece chunk ``c`` loads."""
+        j0 = c * self.segs
+        return [(j - j0, j * self.width, min(self.width, self.cols - j * self.width))
+                for j in range(j0, min(self.pieces, j0 + self.segs))]
 
 
 @dsl.kernel
-def argmax_kernel(x: Tensor, *, smallest: bool = False, chunk: int = MAX_ROW) -> Tensor:
+def argmax_kernel(x: Tensor, *, smallest: bool = False, chunk: int = MAX_ROW, segment: int = MIN_SEGMENT) -> Tensor:
     """``indices[O, I, 1]`` (int32): where the largest (``smallest``: the smallest) value of each row
     ``x[o, :, i]`` of ``x [O, N, I]`` first occurs, a NaN counting above every number (its first occurrence
-    wins): the results of ``jnp.argmax`` / ``jnp.argmin`` along the middle axis. ``x``'s dtype is one the
-    fp32 keys hold exactly (floats of ≤ 32 bits, integers of ≤ 16).
+    wins): the results of ``jnp.argmax`` / ``jnp.argmin`` along the middle axis.
 
-    Each row becomes keys in an fp32 tile, ``key = (±x) + 0.0`` (``-0.0`` folded into ``+0.0``, which
-    compare equal) with every NaN made the one canonical ``+NaN``, so that in max8's total order the largest
-    key is the row's answer and ``find_index8`` gives its first position. Rows longer than ``chunk`` go in
-    chunks; each chunk's best key and its position join a ``[P, chunks]`` tile whose own max8 / find_index8
-    pick the first chunk holding the row's best key (a one-hot sum then reads its position).
+    Each row becomes keys in fp32 tiles whose lexicographic largest is the row's answer: floats one key,
+    ``(±x) + 0.0`` (``-0.0`` folded into ``+0.0``, which compare equal) with every NaN made the one
+    canonical ``+NaN`` (the largest in max8's total order); integers of ≤ 16 bits ``±x``; 32-bit integers
+    two, ``±(x >> 16)`` then ``±(x & 0xFFFF)`` (each exact in fp32). ``_first_best`` finds the first
+    position of the lexicographic largest with max8 / find_index8. Rows longer than ``chunk`` go in chunks:
+    each chunk's best keys and position join ``[P, chunks]`` tiles whose own ``_first_best`` picks the first
+    chunk holding the row's best (a one-hot sum then reads its position). Few long rows (``I = 1``) are
+    spread over the partitions in pieces of at least ``segment`` values (``_Rows``), each partition's best
+    then merged with the position as a last key (pieces are not in partition order across chunks).
 
-        for each row tile (128 rows, I = 1: consecutive o; else a block of i at one o, a transposed load):
-            for each chunk c of ≤ MAX_ROW columns:
-                key  = where(x ≠ x, +NaN, ±x + 0.0);  pad to 8 with -inf
-                best[:, c] = max8(key)[:, 0];  at[:, c] = c0 + find_index8(key, max8(key))[:, 0]
-            j = find_index8(best, max8(best))[:, 0];  index = Σ_c (c == j) · at[:, c]
+        for each row tile (rows × segs ≤ 128 partitions; I > 1: a block of i at one o, loaded through a
+                           transposed view):
+            for each chunk c:
+                keys = key(x[tile, chunk]), -inf where there is no value
+                best[:, c], at[:, c] = _first_best(keys) (its keys, the value's position)
+            position = merge(best, at) over chunks, then over a row's partitions
     Positions are exact in the fp32 ALU while ``N < 2**24``.
     """
     outer, cols, inner = x.shape
@@ -117,68 +153,171 @@ def argmax_kernel(x: Tensor, *, smallest: bool = False, chunk: int = MAX_ROW) ->
         fail(f"rows of {cols} values", "argmax positions are fp32-exact below 2**24 values a row")
     indices = dsl.hbm_tensor((outer, inner, 1), "int32", name="indices")
     pmax = dsl.tile_size().pmax
-    chunks = blocks(cols, chunk)
-    width = max(min(cols, chunk), SELECT_WIDTH)
-    floats = x.dtype in ("fp32", "bf16", "fp16")
-    nan = dsl.full((pmax, width), CANONICAL_NAN) if floats else None
-    many = len(chunks) > 1
-    column = dsl.iota((pmax, len(chunks)), "fp32") if many else None
-    tiles = ([(o0, 0, n) for o0, n in blocks(outer, pmax)] if inner == 1 else
+    segs = max(1, min(pmax // outer, cols // segment)) if inner == 1 else 1
+    levels = 2 if x.dtype in SPLIT_KEYS else 1
+    # NOTE: 32-bit integers keep 18 more bytes a value alive (the second key, the halves, the mask and
+    # the masked key of _first_best): a quarter of the chunk keeps them, and the loads ahead, in SBUF
+    rows = _Rows(cols, segs, min(chunk if levels == 1 else MAX_ROW // 4, -(-cols // segs)))
+    width = max(rows.width, SELECT_WIDTH)
+    nan = dsl.full((pmax, 1), CANONICAL_NAN) if x.dtype in FLOAT_KEYS else None
+    low = dsl.full((pmax, 1), float("-inf"))      # both read through free-axis broadcasts
+    column = dsl.iota((pmax, max(rows.chunks, segs)), "fp32") if rows.chunks > 1 or segs > 1 else None
+    # a partition's offset in a row's positions: (p mod segs) · width
+    offset = (dsl.tensor_scalar(dsl.iota((pmax, 1), "fp32", channel_multiplier=rows.width), "mod",
+                                float(segs * rows.width)) if segs > 1 else None)
+    valid = None   # the last chunk's values: position (p mod segs)·width + f below what is left of a row
+    last = cols - (rows.chunks - 1) * segs * rows.width
+    if segs > 1 and last < segs * rows.width:
+        place = dsl.iota((pmax, rows.width), "fp32", channel_multiplier=rows.width)
+        valid = dsl.tensor_scalar(place, "mod", float(segs * rows.width), "lt", float(last), dtype="uint8")
+    tiles = ([(o0, 0, n) for o0, n in blocks(outer, pmax // segs)] if inner == 1 else
              [(o, i0, n) for o in range(outer) for i0, n in blocks(inner, pmax)])
-    pieces = [(a, i0, rn, c0, cn) for a, i0, rn in tiles for c0, cn in chunks]
+    pieces = [(a, i0, rn, c) for a, i0, rn in tiles for c in range(rows.chunks)]
 
-    def load(piece: tuple[int, int, int, int, int]) -> Callable[[], tuple[Tensor, Tensor]]:
-        a, i0, rn, c0, cn = piece
+    def load(piece: tuple[int, int, int, int]) -> Callable[[], tuple[Tensor, Tensor]]:
+        a, i0, rn, c = piece
 
         def issue() -> tuple[Tensor, Tensor]:
-            key = dsl.sbuf((rn, max(cn, SELECT_WIDTH)), "fp32")
-            raw = key[:, :cn] if x.dtype == "fp32" else dsl.sbuf((rn, cn), x.dtype)
-            view = x[a : a + rn, c0 : c0 + cn, 0] if inner == 1 else x[a, c0 : c0 + cn, i0 : i0 + rn].T
-            dsl.load(raw, view, queue=0, split=min(LOAD_SPLIT, rn))   # x's dtype: a .T view takes the DMA transpose
+            cn = rows.width
+            key = dsl.sbuf((rn * segs, width), "fp32")
+            raw = key[:, :cn] if x.dtype == "fp32" else dsl.sbuf((rn * segs, cn), x.dtype)
+            if segs > 1:   # whole pieces in LOAD_SPLIT DMAs a row, a short last piece in one
+                for r in range(rn):
+                    for p, v0, n in _runs(rows.chunk(c)):
+                        if n % cn:
+                            dsl.dma_copy(raw[r * segs + p : r * segs + p + 1, :n], x[a + r, v0 : v0 + n, 0])
+                            continue
+                        for q0, k in blocks(n // cn, -(-n // cn // LOAD_SPLIT)):
+                            dsl.dma_copy(raw[r * segs + p + q0 : r * segs + p + q0 + k, :cn],
+                                         x[a + r, v0 + q0 * cn : v0 + (q0 + k) * cn, 0], queue=q0 % LOAD_SPLIT)
+            else:
+                c0 = c * cn
+                n = min(cn, cols - c0)
+                view = x[a : a + rn, c0 : c0 + n, 0] if inner == 1 else x[a, c0 : c0 + n, i0 : i0 + rn].T
+                dsl.load(raw[:, :n], view, queue=0, split=min(LOAD_SPLIT, rn))   # a .T view: the DMA transpose
             return key, raw
         return issue
 
     size = get_dtype(x.dtype).itemsize if x.dtype != "fp32" else 0
-    depth = prefetch_depth(width * (4 + size), width * (4 + 1) + 64)
+    depth = prefetch_depth(width * (4 + size), width * (1 + 17 * (levels - 1)) + 1024)
     loaded = prefetch([load(piece) for piece in pieces], depth)
     for a, i0, rn in tiles:
-        best = dsl.sbuf((rn, max(len(chunks), SELECT_WIDTH)), "fp32") if many else None
-        at = dsl.sbuf((rn, len(chunks)), "fp32") if many else None
-        if best is not None and len(chunks) < SELECT_WIDTH:
-            dsl.memset(best[:, len(chunks):], float("-inf"))
-        found: Tensor | None = None
-        for c, (c0, cn) in enumerate(chunks):
+        parts = rn * segs
+        best = [dsl.sbuf((parts, max(rows.chunks, SELECT_WIDTH)), "fp32") for _ in range(levels)]
+        at = dsl.sbuf((parts, rows.chunks), "fp32")
+        for c in range(rows.chunks):
             key, raw = next(loaded)
-            if cn < SELECT_WIDTH:
-                dsl.memset(key[:, cn:], float("-inf"))
-            real = key[:, :cn]
-            isnan = dsl.tensor_tensor(raw, raw, "ne", dtype="uint8") if floats else None
-            if smallest:
-                dsl.tensor_scalar(raw, "mul", -1.0, "add", 0.0, out=real)
-            else:
-                dsl.tensor_scalar(raw, "add", 0.0, out=real)
-            if isnan is not None and nan is not None:
-                dsl.where(isnan, nan[:rn, :cn], real, out=real)
-            vals = dsl.max8(key)
-            found = dsl.find_index8(key, vals)
-            if best is not None and at is not None:
-                dsl.copy(vals[:, :1], out=best[:, c : c + 1])
-                dsl.tensor_scalar(found[:, :1], "add", float(c0), dtype="fp32", out=at[:, c : c + 1])
-        if best is not None and at is not None and column is not None:
-            first = dsl.copy(dsl.find_index8(best, dsl.max8(best))[:, :1], dtype="fp32")
-            hot = dsl.tensor_scalar(column[:rn], "eq", first)
-            found = dsl.reduce("add", dsl.tensor_tensor(hot, at, "mul"))
-        assert found is not None
+            keys = _keys(key, raw, smallest, nan)
+            _blank(keys, rows, c, valid, low)
+            found, tops = _first_best(keys, low)
+            for level, top in zip(best, tops, strict=True):
+                dsl.copy(top, out=level[:, c : c + 1])
+            start = float(c * segs * rows.width)      # the chunk's first position (partition offsets: later)
+            dsl.tensor_scalar(found[:, :1], "add", start, dtype="fp32", out=at[:, c : c + 1])
+        position, tops = _merge(best, at, rows.chunks, column, low)
+        if segs > 1 and offset is not None and column is not None:
+            placed = dsl.tensor_tensor(position, offset[:parts], "add")
+            spread = [dsl.sbuf((rn, max(segs, SELECT_WIDTH)), "fp32") for _ in range(levels + 1)]
+            for level, top in zip(spread, [*tops, dsl.tensor_scalar(placed, "mul", -1.0)], strict=True):
+                dsl.dma_copy(level[:, :segs], top)          # [rn·segs, 1] → [rn, segs]: a row's partitions
+            at_row = dsl.sbuf((rn, segs), "fp32")
+            dsl.dma_copy(at_row, placed)
+            position, _ = _merge(spread, at_row, segs, column, low, nans=nan is not None)
         out = indices[a : a + rn, 0] if inner == 1 else indices[a, i0 : i0 + rn]
-        dsl.store(out, dsl.copy(found[:, :1], dtype="int32"), queue=STORE_QUEUE)
+        dsl.store(out, dsl.copy(position, dtype="int32"), queue=STORE_QUEUE)
     return indices
 
 
+def _runs(pieces: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
+    """The pieces of a chunk as DMAs: (first partition, first value, values) of the consecutive whole
+    pieces together, and of a last short piece alone."""
+    if not pieces:
+        return []
+    whole = [p for p in pieces if p[2] == pieces[0][2]]
+    runs = [(whole[0][0], whole[0][1], sum(n for _, _, n in whole))]
+    return runs + [p for p in pieces[len(whole):]]
+
+
+def _keys(key: Tensor, raw: Tensor, smallest: bool, nan: Tensor | None) -> list[Tensor]:
+    """The key tiles of values ``raw [R, w]``: ``key [R, ≥ w]`` (and a second tile for 32-bit integers)
+    holding them in their first ``w`` columns (kernel docstring)."""
+    rn, cn = raw.shape
+    real = key[:, :cn]
+    tiles, sources = [key], [(raw, real)]
+    if raw.dtype in SPLIT_KEYS:
+        second = dsl.sbuf(key.shape, "fp32")
+        high = dsl.tensor_scalar(raw, "shr", 16.0, dtype="int32")
+        sources = [(high, real), (dsl.tensor_scalar(raw, "and", 65535.0, dtype="int32"), second[:, :cn])]
+        tiles.append(second)
+    isnan = dsl.tensor_tensor(raw, raw, "ne", dtype="uint8") if nan is not None else None
+    for src, dst in sources:
+        if smallest:
+            dsl.tensor_scalar(src, "mul", -1.0, "add", 0.0, out=dst)
+        else:
+            dsl.tensor_scalar(src, "add", 0.0, out=dst)
+    if isnan is not None and nan is not None:
+        dsl.where(isnan, nan[:rn].broadcast_to((rn, cn)), real, out=real)
+    return tiles
+
+
+def _blank(keys: list[Tensor], rows: _Rows, c: int, valid: Tensor | None, low: Tensor) -> None:
+    """-inf where chunk ``c`` of a row tile has no value: the columns past a short piece, or past ``width``
+    (max8 reads 8), and with a row over several partitions, where ``valid`` (the last chunk's mask, made
+    once) is 0: partitions address ranges from 0, 32, 64 or 96 only, so a select over the whole tile."""
+    parts, cols = keys[0].shape
+    n = min(rows.width, rows.cols - c * rows.width) if rows.segs == 1 else rows.width
+    for key in keys:
+        if n < cols:
+            dsl.memset(key[:, n:], float("-inf"))
+        if valid is not None and c == rows.chunks - 1:
+            head = key[:, : rows.width]
+            dsl.where(valid[:parts], head, low[:parts].broadcast_to(head.shape), out=head)
+
+
+def _first_best(keys: list[Tensor], low: Tensor, nans: bool = False) -> tuple[Tensor, list[Tensor]]:
+    """Where the lexicographic largest of ``keys`` (tiles ``[R, W ≥ 8]``) first occurs in each row
+    (``find_index8``'s ``[R, 8]``, column 0), and each key's value there (``[R, 1]`` views): the first key's
+    largest by max8, then the next key's among the positions that hold it (others set to -inf). ``nans``:
+    the first key may hold the canonical NaN, which ``eq`` does not match: NaN positions hold a NaN."""
+    rn, w = keys[0].shape
+    current = keys[0]
+    vals = dsl.max8(current)
+    tops = [vals[:, :1]]
+    for j, key in enumerate(keys[1:]):
+        holds = dsl.tensor_scalar(current, "eq", tops[-1], dtype="uint8")
+        if nans and j == 0:
+            both = dsl.tensor_scalar(dsl.tensor_tensor(current, current, "ne"), "mul",
+                                     dsl.tensor_tensor(tops[-1], tops[-1], "ne"))
+            holds = dsl.tensor_tensor(holds, both, "max", dtype="uint8")
+        current = dsl.where(holds, key, low[:rn].broadcast_to((rn, w)))
+        vals = dsl.max8(current)
+        tops.append(vals[:, :1])
+    return dsl.find_index8(current, vals), tops
+
+
+def _merge(best: list[Tensor], at: Tensor, k: int, column: Tensor | None, low: Tensor,
+           nans: bool = False) -> tuple[Tensor, list[Tensor]]:
+    """The position ``at[:, j]`` of the first ``j < k`` whose keys ``best[·][:, j]`` are the lexicographic
+    largest of each row, and those keys: a one-hot of ``j`` summed against ``at`` (``nans``: ``_first_best``)."""
+    if k == 1:
+        return at[:, :1], [b[:, :1] for b in best]
+    rn = at.shape[0]
+    if best[0].shape[1] > k:
+        for b in best:
+            dsl.copy(low[:rn].broadcast_to((rn, b.shape[1] - k)), out=b[:, k:])
+    found, tops = _first_best(best, low, nans)
+    assert column is not None
+    first = dsl.copy(found[:, :1], dtype="fp32")
+    hot = dsl.tensor_scalar(column[:rn, :k], "eq", first)
+    return dsl.reduce("add", dsl.tensor_tensor(hot, at, "mul")), tops
+
+
 def argmax(x: ArrayLike, axis: int = -1, dtype: str | None = None, *, smallest: bool = False,
-           chunk: int = MAX_ROW, target: str = "trn3") -> NDArray[np.int64]:
+           chunk: int = MAX_ROW, segment: int = MIN_SEGMENT, target: str = "trn3") -> NDArray[np.int64]:
     """Where the largest value along ``axis`` of ``x`` first occurs, NaNs above every number
     (``jnp.argmax``'s result; ``smallest``: ``jnp.argmin``'s); ``dtype`` is the ISA dtype of ``x``, rows go
-    in chunks of ``chunk`` values (``argmax_kernel``).
+    in chunks of ``chunk`` values, few long rows over the partitions in pieces of ``segment`` or more
+    (``argmax_kernel``).
 
         >>> argmax([[3.0, 1.0, 5.0, 5.0]]).tolist(), argmax([[3.0, 1.0, 5.0, 1.0]], smallest=True).tolist()
         ([2], [1])
@@ -191,5 +330,6 @@ def argmax(x: ArrayLike, axis: int = -1, dtype: str | None = None, *, smallest: 
     shape = arr.shape
     view = arr.reshape(int(np.prod(shape[:axis])), shape[axis], int(np.prod(shape[axis + 1:])))
     arg = dsl.typed(view, dtype) if dtype is not None else view
-    out = dsl.run_kernel(argmax_kernel, arg, target=target, smallest=smallest, chunk=chunk).outputs[0]
+    out = dsl.run_kernel(argmax_kernel, arg, target=target, smallest=smallest, chunk=chunk,
+                         segment=segment).outputs[0]
     return out.reshape(shape[:axis] + shape[axis + 1:])
