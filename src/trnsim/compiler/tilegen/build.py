@@ -15,6 +15,7 @@ from trnsim.compiler.tilegen.recipe import (
     CMP,
     DSL_DTYPE,
     EXACT_INDEX,
+    FLOAT_BITS,
     FLOATS,
     IDENTITY,
     INT_RANGE,
@@ -456,6 +457,9 @@ class _Builder:
             if result == "red":
                 self.red_shape[lo] = self.red_shape[operands[1]]
             step = ("alu", "min", (lo, operands[2]), dt)
+        elif node.op == "reduce_precision" and _wider(node.attrs["exponent_bits"], node.attrs["mantissa_bits"],
+                                                      out_t.dtype):
+            step = ("copy", "copy", operands, dt)  # to a format at least as wide: every value kept (a copy)
         elif node.op == "is_finite":
             # |x| < inf: false for ±inf and for NaN (every comparison with NaN is false)
             magnitude = self.push(("act", "abs", operands, "fp32"), result)
@@ -766,6 +770,16 @@ def _combine(tiles: set[str]) -> str:
     if "vec" in tiles:
         return "vec"
     return "col" if "col" in tiles else "sc"
+
+
+def _wider(exponent_bits: int, mantissa_bits: int, dtype: str) -> bool:
+    """Whether ``reduce_precision`` to a float format of these bits keeps every value of ``dtype`` (to e11m52).
+    NOTE: an exponent of the type's own width is not enough: the op flushes the format's subnormals, which
+    would include the type's own."""
+    if dtype not in FLOAT_BITS:
+        return False
+    exponent, mantissa = FLOAT_BITS[dtype]
+    return exponent_bits > exponent and mantissa_bits >= mantissa
 
 
 def _contains(wide: str, narrow: str) -> bool:

@@ -46,6 +46,7 @@ INT_RANGE: dict[str, tuple[int, int]] = {"i8": (-1 << 7, (1 << 7) - 1), "i16": (
                                          "i32": (-1 << 31, (1 << 31) - 1), "ui8": (0, (1 << 8) - 1),
                                          "ui16": (0, (1 << 16) - 1), "ui32": (0, (1 << 32) - 1), "i1": (0, 1)}
 FLOATS = frozenset({"f32", "bf16", "f16"})
+FLOAT_BITS: dict[str, tuple[int, int]] = {"f32": (8, 23), "bf16": (8, 7), "f16": (5, 10)}   # (exponent, mantissa)
 REDUCE: dict[str, str] = {"add": "add", "maximum": "max", "minimum": "min"}
 IDENTITY: dict[str, float] = {"add": 0.0, "multiply": 1.0, "maximum": float("-inf"), "minimum": float("inf"),
                               "and": 1.0, "or": 0.0}
