@@ -166,3 +166,33 @@ def test_three_windowed_axes_are_an_error() -> None:
 
 def test_doctests() -> None:
     assert doctest.testmod(pool_module).failed == 0
+
+
+@pytest.fixture
+def small_sbuf(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
+    """Bands of a few hundred bytes: rows, then columns, then channels are cut (traces cached per budget)."""
+    def clear() -> None:
+        for kernel in (pool_module.pool_kernel, pool_module.pool_grad_kernel):
+            getattr(kernel, "_cache").clear()
+
+    clear()
+    monkeypatch.setattr(pool_module, "BAND_BYTES", 600)
+    yield
+    clear()
+
+
+@pytest.mark.parametrize("shape,size,stride,pad", [
+    ((2, 9, 23, 12), (3, 3), (2, 2), ((1, 1), (1, 1))),
+    ((3, 8, 17, 4), (2, 2), (2, 2), ((0, 0), (0, 1))),
+    ((1, 7, 30, 40), (3, 2), (1, 1), ((1, 1), (0, 1))),
+])
+def test_column_blocks_and_channel_chunks(small_sbuf: None, shape: tuple[int, ...], size: tuple[int, int],
+                                          stride: tuple[int, int], pad: tuple[tuple[int, int], ...]) -> None:
+    rng = np.random.default_rng(6)
+    x = rng.integers(-2, 3, shape).astype(np.float32)
+    full = ([1, *size, 1], [1, *stride, 1], [(0, 0), *pad, (0, 0)])
+    np.testing.assert_array_equal(reduce_window(x, *full, op="max"), reference(x, *full, [1] * 4, "max"))  # type: ignore[arg-type]
+    np.testing.assert_array_equal(reduce_window(x, *full, op="add"), reference(x, *full, [1] * 4, "add"))  # type: ignore[arg-type]
+    source = rng.integers(-4, 5, _out_shape(list(shape), *full)).astype(np.float32)  # type: ignore[arg-type]
+    np.testing.assert_array_equal(select_and_scatter(x, source, *full),  # type: ignore[arg-type]
+                                  scatter_reference(x, source, *full))  # type: ignore[arg-type]

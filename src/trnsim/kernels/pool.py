@@ -59,7 +59,7 @@ SELECT: dict[str, tuple[str, bool]] = {  # select comparison → (the reduction 
 }
 # SBUF bytes per partition for two bands' loaded tiles and one's temporaries: 3/8 of trn3's 256 KiB
 # (32 MiB over 128 partitions, the trn3 preset's core.sbuf), the rest for loads ahead (``prefetch_depth``)
-BAND_BYTES = 96 * 1024
+BAND_BYTES = 128 * 1024
 PIECE_BYTES = 64 * 1024  # a DMA of a large run of bands goes in pieces of at least this on successive queues
 MAX_PIECES = 8
 PREFETCH = 2  # at most this many tiles of bands loaded ahead of the one being computed
@@ -131,36 +131,50 @@ def canonical(shape: Sequence[int], size: Sequence[int], stride: Sequence[int], 
 
 @dataclass(frozen=True)
 class Plan:
-    """Bands of ``rows`` windows (output rows), ``bands`` per image, channels in chunks of ``chunk``, ``depth``
-    tiles loaded ahead."""
+    """Bands of ``rows`` windows (output rows) by ``cols`` windows (output columns), ``bands`` of them down an
+    image and ``blocks`` across; channels in chunks of ``chunk``; ``depth`` tiles loaded ahead."""
 
     rows: int
     bands: int
+    cols: int
+    blocks: int
     chunk: int
-    depth: int     # tiles loaded ahead
+    depth: int
 
 
-def _plan(win: Window, loaded: Callable[[int], int], temporary: Callable[[int], int], pmax: int,
-          bands: Callable[[int], int]) -> Plan:
-    """Band height and channel chunk: enough bands per image that ``N`` images fill ``pmax`` partitions, two
-    bands' ``loaded`` tiles and one's ``temporary`` ones (bytes per channel for ``R`` windows) within
-    ``BAND_BYTES``, channels cut only when one window row does not fit (short DMA runs: slow); ``bands(R)``:
-    how many bands of ``R`` an image needs."""
+def _plan(win: Window, loaded: Callable[[int, int], int], temporary: Callable[[int, int], int], pmax: int,
+          bands: Callable[[int], int], blocks: Callable[[int], int], square: bool) -> Plan:
+    """Band shape and channel chunk: enough bands down an image that ``N`` images fill ``pmax`` partitions,
+    two bands' ``loaded`` tiles and one's ``temporary`` ones (bytes per channel for ``R × Q`` windows) within
+    ``BAND_BYTES``: fewer rows, then fewer columns (both keep a DMA's contiguous runs whole rows of channels;
+    whole rows are fewer, longer DMAs) or, when ``square``, the longer side first (a squarer band recomputes
+    fewer lead windows), channels cut only when one window does not fit (short DMA runs are slow, neuron.md §1.2);
+    ``bands(R)``, ``blocks(Q)``: how many bands of ``R`` rows and ``Q`` columns an image needs."""
     n, _, _, c = win.shape
-    oh, _ = win.out
+    oh, ow = win.out
 
-    def per_channel(r: int) -> int:
-        return 2 * loaded(r) + temporary(r)
+    def per_channel(r: int, q: int) -> int:
+        return 2 * loaded(r, q) + temporary(r, q)
 
-    rows = -(-oh // max(1, pmax // n))
-    while rows > 1 and per_channel(rows) * c > BAND_BYTES:
-        rows = -(-rows // 2)
-    if per_channel(rows) > BAND_BYTES:
-        fail(f"a band of one output row of a {win.shape} pool takes {per_channel(rows)} bytes a channel",
-             f"pool rows that fit {BAND_BYTES} bytes of SBUF per partition")
-    chunk = min(c, BAND_BYTES // per_channel(rows))
-    depth = prefetch_depth(loaded(rows) * chunk, temporary(rows) * chunk, PREFETCH)
-    return Plan(rows, bands(rows), chunk, depth)
+    rows, cols = -(-oh // max(1, pmax // n)), ow
+    while (rows > 1 or cols > 1) and per_channel(rows, cols) * c > BAND_BYTES:
+        if rows > 1 and (not square or rows >= cols or cols == 1):
+            rows = -(-rows // 2)
+        else:
+            cols = -(-cols // 2)
+    if per_channel(rows, cols) > BAND_BYTES:
+        fail(f"one window of a {win.shape} pool takes {per_channel(rows, cols)} bytes a channel",
+             f"pool windows that fit {BAND_BYTES} bytes of SBUF per partition")
+    chunk = min(c, BAND_BYTES // per_channel(rows, cols))
+    depth = prefetch_depth(loaded(rows, cols) * chunk, temporary(rows, cols) * chunk, PREFETCH)
+    return Plan(rows, bands(rows), cols, blocks(cols), chunk, depth)
+
+
+def _span(start: int, width: int, limit: int) -> tuple[int, int, int]:
+    """(first, end, offset): the part ``[first, end)`` of ``[start, start + width)`` inside ``[0, limit)``, at
+    ``offset`` from ``start`` (``first == end``: none of it)."""
+    first, end = max(0, start), max(max(0, start), min(limit, start + width))
+    return first, end, first - start
 
 
 @dataclass(frozen=True)
@@ -214,11 +228,11 @@ def _dma(t: Tensor, h: Tensor, store: bool) -> None:
         dsl.dma_copy(t, h)
 
 
-def _tap(tile: Tensor, win: Window, ky: int, kx: int, rows: int, parts: int) -> Tensor:
-    """Tap ``(ky, kx)`` of ``rows`` windows of every band: ``[parts, rows, OW, cc]``."""
+
+def _tap(tile: Tensor, win: Window, ky: int, kx: int, rows: int, cols: int, parts: int) -> Tensor:
+    """Tap ``(ky, kx)`` of ``rows × cols`` windows of every band: ``[parts, rows, cols, cc]``."""
     (sh, sw), (dh, dw) = win.stride, win.dilation
-    _, ow = win.out
-    return tile[:parts, ky * dh : ky * dh + (rows - 1) * sh + 1 : sh, kx * dw : kx * dw + (ow - 1) * sw + 1 : sw, :]
+    return tile[:parts, ky * dh : ky * dh + (rows - 1) * sh + 1 : sh, kx * dw : kx * dw + (cols - 1) * sw + 1 : sw, :]
 
 
 def _itemsize(dtype: str) -> int:
@@ -234,29 +248,36 @@ def _check(x: Tensor, win: Window) -> None:
              f"{x.shape}", "use sizes, strides and dilations ≥ 1, padding ≥ 0 and a window that fits the input")
 
 
-def _fill_needed(win: Window, moves: list[Move], rows: int) -> bool:
-    """Some tile element has no input: column padding, or a band's rows reach past the image."""
-    (_, _), (pl, pr) = win.pad
-    return pl > 0 or pr > 0 or any(mv.row < 0 or mv.row + rows > win.shape[1] for mv in moves)
+def _load(hbm: Tensor, shape: tuple[int, int, int, int], dtype: str, moves: list[Move], step: int, col: int,
+          fill: float) -> Tensor:
+    """A tile ``shape = [bands, rows, cols, cc]`` of ``hbm [N, height, width, cc]``: band ``k`` holds rows
+    ``moves[k].row ..`` and columns ``col ..`` (either may start before 0 or end past the edge), ``fill``
+    where there is no element."""
+    _, rows, cols, _ = shape
+    height, width = hbm.shape[1], hbm.shape[2]
+    first, end, offset = _span(col, cols, width)
+    tile = dsl.sbuf(shape, dtype)
+    # only what some band's DMAs leave is filled, on every partition (an engine's partitions start at a
+    # multiple of 32, neuron.md §1.2; the DMAs then overwrite the bands that have those rows)
+    top = max(0, *(min(rows, -mv.row) for mv in moves))
+    bottom = min(rows, *(max(0, height - mv.row) for mv in moves))
+    for r0, r1, c0, c1 in ((0, top, 0, cols), (bottom, rows, 0, cols), (top, bottom, 0, offset),
+                           (top, bottom, offset + end - first, cols)):
+        if r0 < r1 and c0 < c1:
+            dsl.memset(tile[:, r0:r1, c0:c1, :], fill, engine="gpsimd")
+    if first < end:
+        _move(tile, hbm[:, :, first:end, :], moves, rows, step, 0, slice(offset, offset + end - first), store=False)
+    return tile
 
 
-def _loader(x: Tensor, win: Window, bands: list[Pair], first_row: Callable[[int], int], rows: int, step: int,
-            fill: float) -> Callable[[int, int, int, int], Tensor]:
-    """Loads of the input tile ``[bands, rows, W + padding, cc]`` of bands ``p0 .. p0 + pn``, channels
-    ``c0 .. c0 + cc``; band ``b``'s first row is input row ``first_row(b)``, missing elements ``fill``."""
-    (_, _), (pl, _) = win.pad
-    _, wp = win.padded
-    w = win.shape[2]
-
-    def load(p0: int, pn: int, c0: int, cc: int) -> Tensor:
-        tile = dsl.sbuf((pn, rows, wp, cc), x.dtype)
-        moves = [Move(i, first_row(b), k) for k, (i, b) in enumerate(bands[p0 : p0 + pn])]
-        if _fill_needed(win, moves, rows):
-            dsl.memset(tile, fill, engine="gpsimd")
-        _move(tile, x[:, :, :, c0 : c0 + cc], moves, rows, step, 0, slice(pl, pl + w), store=False)
-        return tile
-
-    return load
+def _store(hbm: Tensor, tile: Tensor, moves: list[Move], rows: int, tile_row: int, col: int, cols: int,
+           tile_col: int) -> None:
+    """Store ``rows × cols`` of each band (from ``tile[k, tile_row, tile_col]``) at ``hbm[n, moves[k].row,
+    col]``, the part inside ``hbm [N, height, width, cc]``."""
+    first, end, offset = _span(col, cols, hbm.shape[2])
+    if first < end:
+        _move(tile, hbm[:, :, first:end, :], moves, rows, rows, tile_row,
+              slice(tile_col + offset, tile_col + offset + end - first), store=True)
 
 
 @dsl.kernel
@@ -273,9 +294,8 @@ def pool_kernel(x: Tensor, *, size: Pair, stride: Pair = (1, 1), pad: tuple[Pair
     n, _, _, c = x.shape
     fill = IDENTITY[op] if init is None else float(init)
     oh, ow = win.out
-    (pt, _), _ = pad
-    _, wp = win.padded
-    sh, eh = stride[0], win.extent[0]
+    (pt, _), (pl, _) = pad
+    (sh, sw), (eh, ew) = stride, win.extent
     acc_dtype = "fp32" if op == "add" else x.dtype
     out = dsl.hbm_tensor((n, oh, ow, c), out_dtype or x.dtype, name="out")
     ts = dsl.tile_size()
@@ -283,28 +303,36 @@ def pool_kernel(x: Tensor, *, size: Pair, stride: Pair = (1, 1), pad: tuple[Pair
     def rows_in(r: int) -> int:   # input rows a band of r windows loads (whole strides: one reshape DMA)
         return max((r - 1) * sh + eh, r * sh)
 
-    plan = _plan(win, lambda r: rows_in(r) * wp * _itemsize(x.dtype), lambda r: r * ow * _itemsize(acc_dtype),
-                 ts.pmax, lambda r: -(-oh // r))
-    rows = plan.rows
+    def cols_in(q: int) -> int:
+        return (q - 1) * sw + ew
+
+    plan = _plan(win, lambda r, q: rows_in(r) * cols_in(q) * _itemsize(x.dtype),
+                 lambda r, q: r * q * _itemsize(acc_dtype), ts.pmax, lambda r: -(-oh // r), lambda q: -(-ow // q),
+                 square=False)
+    rows, cols = plan.rows, plan.cols
     bands = [(i, b) for i in range(n) for b in range(plan.bands)]
-    work = [(p0, pn, c0, cc) for p0, pn in blocks(len(bands), ts.pmax) for c0, cc in blocks(c, plan.chunk)]
-    load = _loader(x, win, bands, lambda b: b * rows * sh - pt, rows_in(rows), rows * sh, fill)
-    loads = [partial(load, *item) for item in work]
-    alu = op
-    for (p0, pn, c0, cc), tile in zip(work, prefetch(loads, plan.depth), strict=True):
-        views = [_tap(tile, win, ky, kx, rows, pn) for ky, kx in win.taps]
+    work = [(q, p0, pn, c0, cc) for q in range(plan.blocks) for p0, pn in blocks(len(bands), ts.pmax)
+            for c0, cc in blocks(c, plan.chunk)]
+
+    def load(q: int, p0: int, pn: int, c0: int, cc: int) -> Tensor:
+        moves = [Move(i, b * rows * sh - pt, k) for k, (i, b) in enumerate(bands[p0 : p0 + pn])]
+        return _load(x[:, :, :, c0 : c0 + cc], (pn, rows_in(rows), cols_in(cols), cc), x.dtype, moves, rows * sh,
+                     q * cols * sw - pl, fill)
+
+    for (q, p0, pn, c0, cc), tile in zip(work, prefetch([partial(load, *w) for w in work], plan.depth), strict=True):
+        views = [_tap(tile, win, ky, kx, rows, cols, pn) for ky, kx in win.taps]
         if fill != IDENTITY[op]:        # init first, as the reference folds it: exact sums
-            acc, rest = dsl.tensor_scalar(views[0], alu, fill, dtype=acc_dtype), views[1:]
+            acc, rest = dsl.tensor_scalar(views[0], op, fill, dtype=acc_dtype), views[1:]
         elif len(views) == 1:
             acc, rest = dsl.copy(views[0], dtype=acc_dtype), []
         else:
-            acc, rest = dsl.tensor_tensor(views[0], views[1], alu, dtype=acc_dtype), views[2:]
+            acc, rest = dsl.tensor_tensor(views[0], views[1], op, dtype=acc_dtype), views[2:]
         for v in rest:
-            dsl.tensor_tensor(acc, v, alu, out=acc)
+            dsl.tensor_tensor(acc, v, op, out=acc)
         if scale != 1.0:
             dsl.tensor_scalar(acc, "mul", scale, out=acc)
         moves = [Move(i, b * rows, k) for k, (i, b) in enumerate(bands[p0 : p0 + pn])]
-        _move(acc, out[:, :, :, c0 : c0 + cc], moves, rows, rows, 0, slice(0, ow), store=True)
+        _store(out[:, :, :, c0 : c0 + cc], acc, moves, rows, 0, q * cols, cols, 0)
     return out
 
 
@@ -325,62 +353,76 @@ def pool_grad_kernel(x: Tensor, source: Tensor, *, size: Pair, stride: Pair = (1
     if source.shape != (n, oh, ow, c):
         fail(f"a source of {source.shape} for windows over {x.shape}", f"give a source of {(n, oh, ow, c)}")
     reduce_op, backwards = SELECT[select]
-    fill = IDENTITY[reduce_op]
     (pt, _), (pl, _) = pad
     hp, wp = win.padded
-    sh, sw = stride
-    eh, ew = win.extent
-    lead = win.lead
+    (sh, sw), (eh, ew) = stride, win.extent
+    lead_r, lead_c = win.lead, max(0, -(-ew // sw) - 1)     # windows before a band's own that reach into it
     out = dsl.hbm_tensor((n, h, w, c), out_dtype or x.dtype, name="out")
     ts = dsl.tile_size()
 
-    def rows_in(r: int) -> int:   # padded rows a band of r own windows (and lead more) spans
-        return max((r + lead - 1) * sh + eh, (r + lead) * sh)
+    def rows_in(r: int) -> int:   # padded rows a band of r own windows (and the lead ones) spans
+        return max((r + lead_r - 1) * sh + eh, (r + lead_r) * sh)
+
+    def cols_in(q: int) -> int:
+        return max((q + lead_c - 1) * sw + ew, (q + lead_c) * sw)
 
     taps = win.taps[::-1] if backwards else win.taps
     disjoint = eh <= sh and ew <= sw and init == 0.0
-    # NOTE: where windows do not overlap an element receives one source value or none: it stays in the
-    # source's dtype (a 2-byte type streams at twice fp32's rate, neuron.md §1.4); sums of several need fp32
+    # NOTE: a window's share (its source value or 0) stays in the source's dtype (a 2-byte type streams at
+    # twice fp32's rate, neuron.md §1.4), and so does the gradient where windows do not overlap (an element
+    # gets one share or none); sums of several shares are fp32, rounded once at the store
     grad_dtype = source.dtype if disjoint else "fp32"
     # windows that tile the input exactly write every element once: the gradient replaces x in its tile
-    in_place = disjoint and (eh, ew) == (sh, sw) and (win.out[1] * sw, lead) == (wp, 0) and grad_dtype == x.dtype
-    isz, gsz = _itemsize(x.dtype), _itemsize(grad_dtype)
-    plan = _plan(win, lambda r: rows_in(r) * wp * isz + (r + lead) * ow * gsz,
-                 lambda r: (r + lead) * ow * (gsz + 2 * isz) + (0 if in_place else rows_in(r) * wp * gsz), ts.pmax,
-                 lambda r: max(-(-oh // r), -(-hp // (r * sh))))
-    rows, windows = plan.rows, plan.rows + lead
-    t_rows = rows_in(rows)
+    in_place = disjoint and (eh, ew) == (sh, sw) and grad_dtype == x.dtype
+    isz, ssz, gsz = _itemsize(x.dtype), _itemsize(source.dtype), _itemsize(grad_dtype)
+    def loaded(r: int, q: int) -> int:      # bytes a channel: the input and the source
+        return rows_in(r) * cols_in(q) * isz + (r + lead_r) * (q + lead_c) * ssz
+
+    def temporary(r: int, q: int) -> int:   # zeros, maxima, hits, a selection; two gradient tiles
+        return (r + lead_r) * (q + lead_c) * 2 * (ssz + isz) + (0 if in_place else 2 * rows_in(r) * cols_in(q) * gsz)
+
+    # bands own all the padded rows and columns, those past the last window's included
+    plan = _plan(win, loaded, temporary, ts.pmax, lambda r: max(-(-oh // r), -(-hp // (r * sh))),
+                 lambda q: max(-(-ow // q), -(-wp // (q * sw))), square=lead_r + lead_c > 0)
+    rows, cols = plan.rows, plan.cols
+    wr, wc = rows + lead_r, cols + lead_c       # windows a band computes
+    shape = (rows_in(rows), cols_in(cols))
     bands = [(i, b) for i in range(n) for b in range(plan.bands)]
-    work = [(p0, pn, c0, cc) for p0, pn in blocks(len(bands), ts.pmax) for c0, cc in blocks(c, plan.chunk)]
-    load_x = _loader(x, win, bands, lambda b: (b * rows - lead) * sh - pt, t_rows, rows * sh, fill)
-    src_win = Window((n, oh, ow, c), (1, 1), (1, 1), ((0, 0), (0, 0)), (1, 1))
+    work = [(q, p0, pn, c0, cc) for q in range(plan.blocks) for p0, pn in blocks(len(bands), ts.pmax)
+            for c0, cc in blocks(c, plan.chunk)]
 
-    def load(p0: int, pn: int, c0: int, cc: int) -> tuple[Tensor, Tensor]:
-        src = dsl.sbuf((pn, windows, ow, cc), grad_dtype)
-        moves = [Move(i, b * rows - lead, k) for k, (i, b) in enumerate(bands[p0 : p0 + pn])]
-        if _fill_needed(src_win, moves, windows):
-            dsl.memset(src, 0.0, engine="gpsimd")   # windows that do not exist give nothing
-        _move(src, source[:, :, :, c0 : c0 + cc], moves, windows, rows, 0, slice(0, ow), store=False)
-        return load_x(p0, pn, c0, cc), src
+    def load(q: int, p0: int, pn: int, c0: int, cc: int) -> tuple[Tensor, Tensor]:
+        part = bands[p0 : p0 + pn]
+        xs = [Move(i, (b * rows - lead_r) * sh - pt, k) for k, (i, b) in enumerate(part)]
+        srcs = [Move(i, b * rows - lead_r, k) for k, (i, b) in enumerate(part)]
+        # windows that do not exist (before the first, past the last) have a zero source: they give nothing
+        src = _load(source[:, :, :, c0 : c0 + cc], (pn, wr, wc, cc), source.dtype, srcs, rows, q * cols - lead_c,
+                    0.0)
+        xt = _load(x[:, :, :, c0 : c0 + cc], (pn, *shape, cc), x.dtype, xs, rows * sh, (q * cols - lead_c) * sw - pl,
+                   IDENTITY[reduce_op])
+        return xt, src
 
-    covered = in_place and t_rows == windows * sh
-    zero = dsl.sbuf((min(ts.pmax, len(bands)), windows, ow, plan.chunk), grad_dtype)
+    parts = min(ts.pmax, len(bands))
+    zero = dsl.sbuf((parts, wr, wc, plan.chunk), source.dtype)
     dsl.memset(zero, 0.0, engine="gpsimd")
+    # NOTE: two gradient tiles made once and used in turn (one is stored while the other is computed): the
+    # largest tile, allocated anew per band tile, fragments SBUF between the loads of different sizes
+    grads = [] if in_place else [dsl.sbuf((parts, *shape, plan.chunk), grad_dtype) for _ in range(2)]
     loads = [partial(load, *item) for item in work]
-    for (p0, pn, c0, cc), (xt, rem) in zip(work, prefetch(loads, plan.depth), strict=True):
-        views = [_tap(xt, win, ky, kx, windows, pn) for ky, kx in taps]
+    for j, ((q, p0, pn, c0, cc), (xt, rem)) in enumerate(zip(work, prefetch(loads, plan.depth), strict=True)):
+        views = [_tap(xt, win, ky, kx, wr, wc, pn) for ky, kx in taps]
         best = views[0] if len(views) == 1 else dsl.tensor_tensor(views[0], views[1], reduce_op)
         for v in views[2:]:
             dsl.tensor_tensor(best, v, reduce_op, out=best)
-        if covered:
+        if in_place:
             grad = xt
         else:
-            grad = dsl.sbuf((pn, t_rows, wp, cc), grad_dtype)
+            grad = grads[j % 2][:pn, :, :, :cc]
             dsl.memset(grad, init, engine="gpsimd")
         z = zero[:pn, :, :, :cc]
         for k, ((ky, kx), v) in enumerate(zip(taps, views, strict=True)):
             hit = dsl.tensor_tensor(v, best, "eq")
-            target = _tap(grad, win, ky, kx, windows, pn)
+            target = _tap(grad, win, ky, kx, wr, wc, pn)
             if disjoint:
                 dsl.where(hit, rem, z, out=target)
             else:
@@ -388,8 +430,8 @@ def pool_grad_kernel(x: Tensor, source: Tensor, *, size: Pair, stride: Pair = (1
             if k + 1 < len(taps):
                 dsl.where(hit, z, rem, out=rem)
         moves = [Move(i, b * rows * sh - pt, k) for k, (i, b) in enumerate(bands[p0 : p0 + pn])]
-        _move(grad, out[:, :, :, c0 : c0 + cc], moves, rows * sh, rows * sh, lead * sh, slice(pl, pl + w),
-              store=True)
+        _store(out[:, :, :, c0 : c0 + cc], grad, moves, rows * sh, lead_r * sh, q * cols * sw - pl, cols * sw,
+               lead_c * sw)
     return out
 
 
