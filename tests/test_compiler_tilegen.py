@@ -951,3 +951,117 @@ def test_reduce_precision_to_a_wider_format_is_a_copy_and_to_its_own_flushes(dty
     own = _compile(lambda x: jax.lax.reduce_precision(x, exponent_bits=5 if dtype == "float16" else 8,
                                                        mantissa_bits=23), x)
     assert [s.kernel for s in own.plan.steps] == ["fused_elementwise"]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("shape, strip", [
+    ((200, 8192), 4096),            # a 70B norm-scale gradient's width: two strips on partitions 0 and 1
+    ((200, 4708), 2560),            # 4608 + 100: strips of 5 banks, the second ending inside a bank and a chunk
+    ((3, 50, 4708), 2560),          # period 50 (per-tile selections): partitions 0-49 and 50-99
+])
+def test_a_leading_axis_sum_wider_than_psum_folds_its_strips_onto_partitions_and_is_exact(
+        shape: tuple[int, ...], strip: int, dtype: str) -> None:
+    """Sums over more columns than PSUM's 8 banks hold: the columns fold onto PSUM partitions in strips (rows
+    in chunks of ``MAX_ROW`` too); sums of small integers are exact in any order and dtype."""
+    x = np.random.default_rng(30).integers(-8, 9, shape).astype(dtype)
+    program = _compile(lambda x: (x * 2.0).sum(axis=0), x)
+    assert all(s.kernel != "fused_elementwise" for s in program.plan.steps)
+    step = next(s.index for s in program.plan.steps if s.kernel == "generated_elementwise")
+    recipe = _check_step(program, [x], step, 0.0)
+    (lead,) = [s for s in recipe.steps if s[0] == "lead"]
+    assert lead[2][1:] == (("imm", float(shape[1] if len(shape) == 3 else 1)), ("imm", float(strip)))
+    assert recipe.chunk == tilegen.recipe.MAX_ROW
+
+
+def test_folded_sums_meet_group_inputs_of_their_shape_in_the_folded_layout() -> None:
+    """Two sums multiplied and a bias added after the loop: the inputs of the result's shape are loaded strip
+    by strip into the ``[P·k, strip]`` layout (its tail zeroed), the result stored strip by strip."""
+    rng = np.random.default_rng(31)
+    x = rng.integers(-8, 9, (200, 4708)).astype(np.float32)
+    g = rng.integers(-8, 9, (4708,)).astype(np.float32)
+    program = _compile(lambda x, g: (x * 2.0).sum(0) * (x * x).sum(0) + g, x, g)
+    assert all(s.kernel == "generated_elementwise" for s in program.plan.steps)
+    recipes = [_check_step(program, [x, g], s.index, 0.0) for s in program.plan.steps]
+    assert any([k for _, k in r.inputs].count("red") == 2 for r in recipes)
+
+
+def test_sums_needing_more_banks_than_psum_share_them_and_fold() -> None:
+    """Three sums of 3000 columns in one kernel (18 banks side by side): 2 banks each, three strips of 1024
+    columns on partitions 0-2, and one of them added to a group input after the loop."""
+    from trnsim.compiler.tilegen.recipe import lead_strips
+
+    assert lead_strips([(1, 3000)] * 3) == [1024] * 3
+    assert lead_strips([(1, 4096), (1, 512)]) == [2048, 512]                # 9 banks: 4 each, one folded
+    assert lead_strips([(1, 4096), (1, 512)] * 2) == [1024, 512] * 2         # 2 banks each
+    assert lead_strips([(64, 8192)]) == [4096] and lead_strips([(128, 8192)]) is None   # 128 partitions
+    assert lead_strips([(1, 512)] * 9) is None
+    rng = np.random.default_rng(32)
+    x = rng.integers(-8, 9, (200, 3000)).astype(np.float32)
+    g = rng.integers(-8, 9, (1, 3000)).astype(np.float32)
+    fold = ("imm", 1.0), ("imm", 1024.0)
+    steps: tuple[tilegen.Step, ...] = (
+        ("lead", "add", (("in", 0), *fold), "fp32"),
+        ("alu", "mul", (("in", 0), ("in", 0)), "fp32"),
+        ("lead", "add", (("tmp", 1), *fold), "fp32"),
+        ("act", "abs", (("in", 0),), "fp32"),
+        ("lead", "add", (("tmp", 3), *fold), "fp32"),
+        ("alu", "add", (("tmp", 4), ("in", 1)), "fp32"),
+    )
+    recipe = tilegen.Recipe(x.size, (("fp32", "full"), ("fp32", "red")), steps,
+                            tuple((("tmp", k), "fp32") for k in (0, 2, 5)), cols=3000, output_kinds=("red",) * 3,
+                            phases=("block",) * 5 + ("post",), input_shapes=((200, 3000), (1, 3000)),
+                            output_shapes=((1, 3000),) * 3)
+    verify(tilegen.kernel_program("trn3", recipe), registry.get("trn3"))
+    outs = trnsim.run_kernel(tilegen.kernel(), x, g, recipe=recipe).outputs
+    for got, want in zip(outs, (x.sum(0), (x * x).sum(0), np.abs(x).sum(0) + g[0]), strict=True):
+        np.testing.assert_array_equal(np.asarray(got).reshape(-1), want)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("name", ["global_average_pool", "two_tiles", "one_slice_chunk", "narrow"])
+def test_middle_axis_reductions_of_rows_longer_than_max_row_fold_whole_slices_per_chunk(name: str,
+                                                                                         dtype: str) -> None:
+    """Rows of ``R · inner`` over ``MAX_ROW``: chunks of whole ``inner`` slices, each reduced over its middle
+    axis and folded into a running ``[rows, inner]`` tile (fp32), which the ops after it read."""
+    rng = np.random.default_rng(33)
+    cases = {
+        "global_average_pool": ((8, 16, 16, 32), lambda x: x.mean(axis=(1, 2)), 4096),     # 8 rows of 256 × 32
+        "two_tiles": ((130, 40, 128), lambda x: x.sum(axis=1) * 0.5, 4096),                 # chunks 4096, 1024
+        "one_slice_chunk": ((130, 5, 1000), lambda x: x.max(axis=1), 4000),                # chunks 4000, 1000
+        "narrow": ((20, 2100, 2), lambda x: x.min(axis=1) - 1.0, 4096),                    # a tensor_reduce
+    }
+    shape, fn, chunk = cases[name]
+    x = rng.integers(-8, 9, shape).astype(dtype)
+    program = _compile(fn, x)
+    assert all(s.kernel != "fused_elementwise" for s in program.plan.steps)
+    step = next(s.index for s in program.plan.steps if s.kernel == "generated_elementwise")
+    # integers: sums exact; a mean divides once (one rounding in fp32, one more in bf16)
+    recipe = _check_step(program, [x], step, (2.0 ** -8 if dtype == "bfloat16" else 1e-6)
+                         if name == "global_average_pool" else 0.0)
+    assert recipe.chunk == chunk and recipe.output_kinds == ("mid",)
+    assert any(s[0] == "middle" for s in recipe.steps)
+
+
+def test_a_leading_axis_sum_of_a_row_reduction_over_rows_in_chunks_is_generated() -> None:
+    """The mean over tokens of a logsumexp over a large vocabulary: the rows' columns (made chunk by chunk)
+    summed across tiles on TensorE."""
+    x = np.random.default_rng(34).standard_normal((200, 8192)).astype(np.float32)
+    program = _compile(lambda x: jax.nn.logsumexp(x, -1).mean(), x)
+    assert all(s.kernel != "fused_elementwise" for s in program.plan.steps)
+    step = next(s.index for s in program.plan.steps if s.kernel == "generated_elementwise")
+    recipe = _check_step(program, [x], step, 1e-5)
+    assert recipe.chunk and any(s[0] == "lead" for s in recipe.steps)
+
+
+@pytest.mark.parametrize("fn, shape, dtype", [
+    (lambda x: x.sum(axis=0), (4096, 8192), "bfloat16"),              # the 70B norm-scale gradient, folded
+    (lambda x: x.sum(axis=1), (4096, 40, 128), "float32"),            # a middle axis in chunks
+])
+def test_wide_leading_and_middle_axis_reductions_are_timed_on_samples_within_3_percent(
+        fn, shape: tuple[int, ...], dtype: str) -> None:  # type: ignore[no-untyped-def]
+    recipe = _recipe(_compile(fn, np.ones(shape, dtype)))
+    assert recipe is not None and recipe.chunk
+    sampled, whole = tilegen.fused_time("trn3", recipe), tilegen.fused_time("trn3", recipe, sample=False)
+    assert sampled.seconds == pytest.approx(whole.seconds, rel=0.03)
+    assert sampled.busy["tensor" if recipe.steps[-1][0] == "lead" else "vector"] == pytest.approx(
+        whole.busy["tensor" if recipe.steps[-1][0] == "lead" else "vector"], rel=0.03)

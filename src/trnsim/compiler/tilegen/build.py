@@ -21,11 +21,9 @@ from trnsim.compiler.tilegen.recipe import (
     INT_RANGE,
     KEEP_BYTES,
     MAX_INPUTS,
-    MAX_LEAD_COLS,
     MAX_ROW,
     MX_BLOCK,
     PARTITIONS,
-    PSUM_COLS,
     REDUCE,
     UNSIGNED,
     WRAP,
@@ -35,6 +33,7 @@ from trnsim.compiler.tilegen.recipe import (
     Step,
     iota_form,
     iota_largest,
+    lead_strips,
 )
 from trnsim.ir.graph import Node, Value
 
@@ -193,7 +192,6 @@ class _Builder:
         self.along: dict[int, bool] = {}
         self.kept: dict[Ref, int] = {}                  # bytes of the tiles kept for a per-tensor scale
         self.inner = 0                                  # the width of a middle-axis reduction's results
-        self.lead_cols = 0                              # PSUM columns of the leading-axis sums so far
 
     def along_rows(self, v: Value) -> bool:
         """Whether ``v`` is made in the group by an op that works along rows, directly or through others."""
@@ -601,8 +599,6 @@ class _Builder:
                 src = self.push(("copy", "copy", (src,), "fp32"), self.kind(src))
             if wraps:
                 dt = "int32"
-        if op == "add" and self.lead_cols + width > MAX_LEAD_COLS:
-            return None                  # PSUM banks
         # NOTE: a leading-axis max or min keeps a running [128, width] tile (VectorE, exact in the operand's
         # dtype) whose rows are the result's rows modulo ``period`` only when ``period`` divides a tile
         if op != "add" and (PARTITIONS % period or width > MAX_ROW):
@@ -614,14 +610,29 @@ class _Builder:
         # bf16 rate, on the engine that also builds masks; a transposed-view load (dma_transpose, §2.3) would
         # bring the data in a second time when the group also works along rows (a norm's backward does
         # both). fp32 operands cost TensorE 4× (§1.4: 20 vs 79 TFLOPS), still one pass per tile.
-        if op == "add":
-            self.lead_cols += -(-width // PSUM_COLS) * PSUM_COLS
         ref = self.push(("lead", REDUCE[op], (src, ("imm", float(period))), dt), "red", "block")
         self.red_shape[ref] = (period, width)
         if wraps:
             ref = self.push(("wrap", WRAP[node.out.type.dtype], (ref,), DSL_DTYPE[node.out.type.dtype]), "red")
             self.red_shape[ref] = (period, width)
         return ref
+
+    def fold_sums(self) -> bool:
+        """Give the leading-axis sums their PSUM strips (``recipe.lead_strips``): a sum folded onto partitions
+        gets its strip's columns as a third operand. False when they do not fit, or when a folded result would
+        meet a leading-axis max or min of its shape (whose ``[P, W]`` tile is not folded)."""
+        sums = [k for k, (kind, op, _, _) in enumerate(self.steps) if (kind, op) == ("lead", "add")]
+        strips = lead_strips([self.red_shape["tmp", k] for k in sums])
+        if strips is None:
+            return False
+        folded = set[tuple[int, int]]()
+        for k, strip in zip(sums, strips, strict=True):
+            kind, op, operands, dt = self.steps[k]
+            if strip < self.red_shape["tmp", k][1]:
+                self.steps[k] = (kind, op, (*operands, ("imm", float(strip))), dt)
+                folded.add(self.red_shape["tmp", k])
+        return not any(kind == "lead" and op != "add" and self.red_shape["tmp", k] in folded
+                       for k, (kind, op, _, _) in enumerate(self.steps))
 
     def scalar(self, u: Value) -> Ref | None:
         """A lazy value that is a broadcast (or reshape, convert) of a scalar: that scalar's ref."""
@@ -959,9 +970,12 @@ def lowered(nodes: list[Node], external: list[Value], outputs: list[Value]) -> t
     stores = [b.store(v) for v in outputs]
     if any(s is None for s in stores) or not b.steps:
         return None
-    chunk = MAX_ROW if cols > MAX_ROW else 0
-    if chunk and (any(s[0] in ("iota", "lead", "middle") for s in b.steps) or any(k == "per" for _, k in b.inputs)):
-        return None                      # rows in chunks: no index arithmetic, leading- or middle-axis reductions
+    chunk = (MAX_ROW // b.inner) * b.inner if b.inner else MAX_ROW   # a middle-axis one's chunks: whole slices
+    chunk = chunk if cols > MAX_ROW else 0
+    if cols > MAX_ROW and (not chunk or any(s[0] == "iota" for s in b.steps) or any(k == "per" for _, k in b.inputs)):
+        return None                      # rows in chunks: no index arithmetic
+    if not b.fold_sums():
+        return None
     done = [s for s in stores if s is not None]
     if not chunk:
         b.fuse_activations({r[1] for r, *_ in done if r[0] == "tmp"})

@@ -12,21 +12,25 @@ tile's chunks:
                 each reduction of pass s: running = op(running, reduce(chunk)); the outputs of pass s stored
         the column outputs stored
 
-A step's pass is the latest pass in which one of its operands is ready: a reduction's column is ready in the
-pass after its own, everything else in its own. A log-softmax takes three passes (max; exp and sum; the
-result). The input chunks read in more than one pass stay in SBUF for the tile when they
-fit in ``KEEP_ROW_BYTES`` per partition, else they are loaded again in each pass. The source of a per-tensor
-scaled quantize-dequantize (phase ``late``) keeps each of its chunks, made in its pass, for the whole kernel,
-with a running amax column; after the tile loop a second pass scales, rounds and stores them, as the row
-layout does with its tiles. Loads run ``PREFETCH`` items ahead, each chunk's DMAs in up to 4 pieces of
-partitions (``recipe.pieces``) so that about ``QUEUES`` are in flight (GPT step vocab 8192 with fp8 qdq: the
-cross-entropy gradient 345 -> 274 us).
+A step's pass is the latest pass in which one of its operands is ready: a reduction's column is ready in the pass
+after its own, everything else in its own. A log-softmax takes three passes (max; exp and sum; the result). A
+reduction over a middle axis (rows ``[R · inner]``, a global average pooling's) is one such reduction: its chunks
+hold whole ``inner`` slices (``build.lowered``), each is reduced over its middle axis (``emit._middle``) and folded
+into a running ``[rows, inner]`` tile instead of a column. A leading-axis reduction (``leading``) adds each chunk
+into its accumulator at the chunk's columns (or a column once per tile); its result and the ops after it run after
+the tile loop. The input chunks read in more than one pass stay in SBUF for the tile when they fit in
+``KEEP_ROW_BYTES`` per partition, else they are loaded again in each pass. The source of a per-tensor scaled
+quantize-dequantize (phase ``late``) keeps each of its chunks, made in its pass, for the whole kernel, with a
+running amax column; after the tile loop a second pass scales, rounds and stores them, as the row layout does with
+its tiles. Loads run ``PREFETCH`` items ahead, each chunk's DMAs in up to 4 pieces of partitions (``recipe.pieces``)
+so that about ``QUEUES`` are in flight (GPT step vocab 8192 with fp8 qdq: the cross-entropy gradient 345 -> 274 us).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from trnsim.compiler.tilegen.leading import Leading, finish
 from trnsim.compiler.tilegen.recipe import (
     KEEP_ROW_BYTES,
     PARTITIONS,
@@ -40,34 +44,37 @@ from trnsim.compiler.tilegen.recipe import (
 )
 
 _ELEMENTWISE = ("alu", "act", "copy", "select")
+_FOLDED = ("reduce", "middle")   # a tile's chunks folded into one value per tile: a column, or [rows, inner]
 
 
 def passes(recipe: Recipe) -> tuple[list[int], list[bool]]:
-    """Per step: the pass it runs in, and whether its result is a ``[rows, 1]`` column (else a chunk tile)."""
+    """Per step: the pass it runs in, and whether its result is made once per tile (a ``[rows, 1]`` column, a
+    middle-axis reduction's ``[rows, inner]``, a leading-axis reduction of a column) rather than per chunk."""
     stage: list[int] = []
     column: list[bool] = []
 
     def is_column(r: Ref) -> bool:
         if r[0] == "in":
-            return recipe.inputs[r[1]][1] in ("row", "scalar")
+            return recipe.inputs[r[1]][1] in ("row", "scalar", "mid")
         return r[0] == "imm" or column[r[1]]
 
     def ready(r: Ref) -> int:
         if r[0] != "tmp":
             return 0
-        return stage[r[1]] + (recipe.steps[r[1]][0] == "reduce")
+        return stage[r[1]] + (recipe.steps[r[1]][0] in _FOLDED)
 
     for kind, op, operands, _ in recipe.steps:
         refs = [r for r in operands if r[0] != "imm"]
         stage.append(max((ready(r) for r in refs), default=0))
-        column.append(kind == "reduce" or (kind, op) == ("const", "col") or
-                      (kind in _ELEMENTWISE and all(is_column(r) for r in refs)))
+        column.append(kind in _FOLDED or (kind, op) == ("const", "col") or
+                      (kind in (*_ELEMENTWISE, "lead") and all(is_column(r) for r in refs)))
     return stage, column
 
 
 def emit(dsl: Any, ins: list[Any], recipe: Recipe) -> tuple[Any, ...]:
     """The kernel body for a chunked recipe (module docstring)."""
     from trnsim.compiler.tilegen.emit import (
+        _middle,  # pyright: ignore[reportPrivateUsage]
         broadcast_inputs,
         compute,
         dma_pieces,
@@ -84,14 +91,14 @@ def emit(dsl: Any, ins: list[Any], recipe: Recipe) -> tuple[Any, ...]:
     outs = [dsl.hbm_tensor(shape, dt, name=f"out{i}")
             for i, ((_, dt), shape) in enumerate(zip(recipe.outputs, output_shapes(recipe), strict=True))]
     stage, column = passes(recipe)
-    last = max([s + (k == "reduce") for s, (k, *_) in zip(stage, recipe.steps, strict=True)], default=0)
+    last = max([s + (k in _FOLDED) for s, (k, *_) in zip(stage, recipe.steps, strict=True)], default=0)
 
     # per pass: the full steps made on each chunk (with those of earlier passes they read), in program order
     work: list[list[int]] = [[] for _ in range(last + 1)]
     for s in range(last + 1):
         needed: set[int] = set()
-        todo = [j for j in range(len(recipe.steps)) if stage[j] == s and phases[j] not in ("pre", "late") and
-                (not column[j] or recipe.steps[j][0] == "reduce")]
+        todo = [j for j in range(len(recipe.steps)) if stage[j] == s and phases[j] not in ("pre", "late", "post")
+                and (not column[j] or recipe.steps[j][0] in _FOLDED)]
         while todo:
             j = todo.pop()
             if j in needed:
@@ -100,8 +107,8 @@ def emit(dsl: Any, ins: list[Any], recipe: Recipe) -> tuple[Any, ...]:
             todo.extend(r[1] for r in recipe.steps[j][2]
                         if r[0] == "tmp" and not column[r[1]] and phases[r[1]] != "pre")
         work[s] = sorted(needed)
-    once = [[j for j in range(len(recipe.steps)) if stage[j] == s and column[j] and recipe.steps[j][0] != "reduce"]
-            for s in range(last + 1)]
+    once = [[j for j in range(len(recipe.steps)) if stage[j] == s and column[j] and
+             recipe.steps[j][0] not in _FOLDED and phases[j] != "post"] for s in range(last + 1)]
     stored_in = [stage[ref[1]] if ref[0] == "tmp" else 0 for ref, _ in recipe.outputs]
     # per-tensor scaled steps (phase ``late``): their sources' chunks are kept for a second pass after the loop
     late = {j for j, ph in enumerate(phases) if ph == "late"}
@@ -144,7 +151,7 @@ def emit(dsl: Any, ins: list[Any], recipe: Recipe) -> tuple[Any, ...]:
     chunked = [s for s in range(last + 1) if work[s] or s in sources.values() or
                any(w == s and k == "full" for w, k in zip(stored_in, kinds, strict=True))]
     items = [(t, s, c) for t in range(len(tiles)) for s in chunked for c in range(len(chunks))]
-    row_inputs = [i for i, (_, kind) in enumerate(recipe.inputs) if kind == "row"]
+    row_inputs = [i for i, (_, kind) in enumerate(recipe.inputs) if kind in ("row", "mid")]
     loaded: dict[tuple[int, int, int, int], Any] = {}     # (tile, chunk or -1, input, pass or -1) → SBUF tile
     queue = issued = 0
     per_item = max(1, max(len(r) for r in reads))
@@ -175,6 +182,21 @@ def emit(dsl: Any, ins: list[Any], recipe: Recipe) -> tuple[Any, ...]:
         queue = dma_pieces(dsl, target, src, dst is None, pieces(src.size * DTYPES[src.dtype].itemsize, split), queue)
         return target
 
+    def fold(j: int, kind: str, op: str, x: Any, count: int, running: dict[int, Any]) -> None:
+        """Fold chunk ``x`` into step ``j``'s running value (fp32): ``op`` along its rows (``reduce``: a column)
+        or over the middle axis of its rows (``middle``, of ``count`` slices per row: whole slices per chunk)."""
+        if kind == "reduce":
+            part = dsl.reduce(op, x, axis=-1, dtype="fp32")
+        else:
+            slices = x.shape[1] * count // cols
+            part = dsl.copy(x, dtype="fp32") if slices == 1 else _middle(dsl, op, x, slices, "fp32")
+        if j in running:
+            dsl.binary(op, running[j], part, out=running[j])
+            dsl.release(part)
+        else:
+            running[j] = part
+
+    leading = Leading(dsl, recipe)
     done = 0
     for t, (r0, rw) in enumerate(tiles):
         issue(done + PREFETCH)
@@ -193,7 +215,7 @@ def emit(dsl: Any, ins: list[Any], recipe: Recipe) -> tuple[Any, ...]:
                     return columns[value][:rw]
                 if form == "vec":
                     return columns[value][:rw, c0:c0 + cw]
-                return loaded[(t, -1, value, -1) if form == "row" else key(t, c, value, s)]
+                return loaded[(t, -1, value, -1) if form in ("row", "mid") else key(t, c, value, s)]
             if phases[value] == "pre":
                 made_once = pre[value]
                 return made_once[:rw] if column[value] else made_once[:rw, c0:c0 + cw]
@@ -202,6 +224,9 @@ def emit(dsl: Any, ins: list[Any], recipe: Recipe) -> tuple[Any, ...]:
         for s in range(last + 1):
             for j in once[s]:
                 kind, op, operands, dt = recipe.steps[j]
+                if kind == "lead":                  # a leading-axis reduction of a column
+                    leading.add(j, get(operands[0], s, 0, {}), r0, 0, 1, t == 0)
+                    continue
                 values[j] = compute(dsl, kind, op, [get(r, s, 0, {}) for r in operands], dt, (rw, 1), 0, cols,
                                     recipe.elements)
             if s not in chunked:
@@ -214,14 +239,12 @@ def emit(dsl: Any, ins: list[Any], recipe: Recipe) -> tuple[Any, ...]:
                 for j in work[s]:
                     kind, op, operands, dt = recipe.steps[j]
                     args = [get(r, s, c, made) for r in operands]
-                    if kind != "reduce":
+                    if kind == "lead":
+                        leading.add(j, args[0], r0, c0, cols, t == 0)
+                    elif kind not in _FOLDED:
                         made[j] = compute(dsl, kind, op, args, dt, (rw, cw), r0 * cols + c0, cols, recipe.elements)
-                    elif j in running:
-                        part = dsl.reduce(op, args[0], axis=-1, dtype="fp32")
-                        dsl.binary(op, running[j], part, out=running[j])
-                        dsl.release(part)
                     else:
-                        running[j] = dsl.reduce(op, args[0], axis=-1, dtype="fp32")
+                        fold(j, kind, op, args[0], int(args[1]) if kind == "middle" else 0, running)
                     dead = [made.pop(x) for x in dying[s].get(j, ())]
                     if dead:
                         dsl.release(*dead)
@@ -243,13 +266,14 @@ def emit(dsl: Any, ins: list[Any], recipe: Recipe) -> tuple[Any, ...]:
                 if dt != "fp32":
                     dsl.release(total)
         for out, (ref, _), k in zip(outs, recipe.outputs, kinds, strict=True):
-            if k == "row":
+            if k in ("row", "mid"):
                 dsl.store(out[r0:r0 + rw, :], get(ref, last, 0, {}), queue=queue % QUEUES)
                 queue += 1
             elif k == "sc" and t == 0:
                 dsl.store(out, get(ref, last, 0, {})[0:out.shape[0]], queue=queue % QUEUES)
                 queue += 1
         dsl.release(*values.values(), *(loaded.pop((t, -1, i, -1)) for i in row_inputs))
+    queue = finish(dsl, recipe, ins, outs, leading, columns, queue)
     # per-tensor scaling: the amax over the partitions, then a second pass over the kept chunks
     scales = tensor_scales(dsl, recipe, peaks)
     items_kept = len(next(iter(retained.values()), []))

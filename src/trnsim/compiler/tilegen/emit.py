@@ -8,10 +8,10 @@ from collections.abc import Callable
 from typing import Any
 
 from trnsim.compiler.tilegen import chunked
+from trnsim.compiler.tilegen.leading import Leading, finish
 from trnsim.compiler.tilegen.recipe import (
     MX_BLOCK,
     PARTITIONS,
-    PSUM_COLS,
     QUEUES,
     TILE_COLS,
     Recipe,
@@ -72,22 +72,9 @@ def _kernel() -> Any:
                     dsl.load(tile[r0:r0 + period], x[0:period, :], queue=(r0 // period) % QUEUES)
                 columns[i] = tile
         pre: dict[int, Tensor] = {}
-        post: dict[int, Tensor] = {}
-        selections: dict[tuple[int, str], Tensor] = {}
         sums: dict[int, Tensor] = {}                      # actsum step → its fused sum, until its summed step
-        accumulators: dict[int, list[Tensor]] = {}
-
-        def selection(period: int, dt: str, base: int, k: int) -> Tensor:
-            """``S[p, j] = ((base + p) mod period == j)``: which leading-axis result row each tile row adds to."""
-            if period == 1:
-                return dsl.full((k, 1), 1.0, dt)
-            index = dsl.iota((k, period), "int32", base=base, channel_multiplier=1, steps=[-1])
-            phase = dsl.binary("mod", index, float(period), dtype="fp32")
-            return dsl.binary("eq", phase, 0.0, dtype=dt)
-
+        leading = Leading(dsl, recipe)
         for index, (kind, op, operands, dt) in enumerate(recipe.steps):
-            if kind == "lead":
-                accumulators[index] = []
             if phases[index] != "pre":
                 continue
             args = [pre[r[1]] if r[0] == "tmp" else columns[r[1]] if r[0] == "in" else r[1] for r in operands]
@@ -174,32 +161,8 @@ def _kernel() -> Any:
                 if phases[index] != "block":
                     continue
                 args = [get(r) for r in operands]
-                if kind == "lead" and op != "add":
-                    # a running max/min per tile row: the result rows modulo ``period`` (build.reduce)
-                    running = accumulators[index]
-                    if running:
-                        part_ = running[0][:args[0].shape[0]]
-                        dsl.binary(op, part_, args[0], out=part_)
-                    else:
-                        running.append(dsl.copy(args[0]))
-                    continue
                 if kind == "lead":
-                    x: Tensor = args[0]
-                    period = int(operands[1][1])
-                    k = x.shape[0]
-                    key = (period, x.dtype)
-                    if PARTITIONS % period == 0:
-                        if key not in selections:
-                            selections[key] = selection(period, x.dtype, 0, PARTITIONS)
-                        s = selections[key][:k]
-                    else:
-                        s = selection(period, x.dtype, b0, k)
-                    acc = accumulators[index]
-                    for c, c0 in enumerate(range(0, x.shape[1], PSUM_COLS)):
-                        c1 = min(x.shape[1], c0 + PSUM_COLS)
-                        if len(acc) <= c:
-                            acc.append(dsl.psum((period, c1 - c0)))
-                        dsl.matmul(acc[c], s, x[:, c0:c1], accumulate=i > 0)
+                    leading.add(index, args[0], b0, 0, args[0].shape[1], i == 0)
                     continue
                 shape = (bw, width) if row_layout else (PARTITIONS, bw)
                 if kind == "actsum":                # an activation with its sum along the rows, fused
@@ -232,28 +195,7 @@ def _kernel() -> Any:
             dsl.release(*(t for t in [*tiles, *tmps.values()] if t is not None and id(t) not in kept))
             loaded[i] = []
         # after the loop: leading-axis results leave PSUM, and the ops that read them run once
-        for index, (kind, op, operands, dt) in enumerate(recipe.steps):
-            if kind == "lead" and op != "add":
-                post[index] = _across(dsl, op, accumulators[index][0], int(operands[1][1]), dt)
-            elif kind == "lead":
-                acc = accumulators[index]
-                period = int(operands[1][1])
-                total = sum(a.shape[1] for a in acc)
-                result = dsl.sbuf((period, total), dt)
-                for c, a in enumerate(acc):
-                    dsl.copy(a, out=result[:, c * PSUM_COLS:c * PSUM_COLS + a.shape[1]])
-                post[index] = result
-            elif phases[index] == "post":
-                for r in operands:
-                    if r[0] == "in" and r[1] not in columns:        # an input of the result's shape
-                        columns[r[1]] = dsl.load(ins[r[1]], queue=queue % QUEUES)
-                        queue += 1
-                args = [post[r[1]] if r[0] == "tmp" else columns[r[1]] if r[0] == "in" else r[1] for r in operands]
-                post[index] = compute(dsl, kind, op, args, dt, (1, 1), 0, cols, recipe.elements)
-        for out, (ref, _), k in zip(outs, recipe.outputs, kinds, strict=True):
-            if k == "red":
-                dsl.store(out, post[ref[1]], queue=queue % QUEUES)
-                queue += 1
+        queue = finish(dsl, recipe, ins, outs, leading, columns, queue)
         # per-tensor scaling: the amax over the partitions (GpSimd), then a second pass over the kept tiles
         scales = tensor_scales(dsl, recipe, peaks)
         for i, (b0, bw) in enumerate(blocks):
@@ -432,32 +374,6 @@ def _middle(dsl: Any, op: str, x: Any, count: int, dt: str) -> Any:
     out = dsl.binary(op, acc, x[:, (count - 1) * inner:], dtype=dt)
     dsl.release(acc)
     return out
-
-
-def _across(dsl: Any, op: str, running: Any, period: int, dt: str) -> Any:
-    """``op`` across the partitions of a running ``[lanes, width]`` tile whose row ``p`` belongs to result
-    row ``p mod period``: the ``[period, width]`` result of a leading-axis max or min.
-
-    NOTE: everything to one row (``period`` 1) is GpSimd's partition reduce, as the per-tensor amax. Rows
-    ``p mod period`` are not a partition range (partitions cannot be strided), so for ``period > 1`` TensorE
-    transposes up to 128 columns at a time (bit-exact), the copy out of PSUM writes them as
-    ``[columns, lanes / period, period]``, one tensor_reduce over the middle free axis leaves ``[columns,
-    period]`` and a transpose brings it back."""
-    if period == 1:
-        return dsl.partition_reduce(running, op, dtype=dt)
-    lanes, width = running.shape
-    result = dsl.sbuf((period, width), dt)
-    for c0 in range(0, width, PARTITIONS):
-        c1 = min(width, c0 + PARTITIONS)
-        flipped = dsl.transpose(running[:, c0:c1])
-        grouped = dsl.sbuf((c1 - c0, lanes // period, period), "fp32")
-        dsl.copy(flipped, out=grouped)
-        folded = dsl.sbuf((c1 - c0, period), "fp32")
-        dsl.reduce(op, grouped, axis=1, out=folded)
-        back = dsl.transpose(folded)
-        dsl.copy(back, out=result[:, c0:c1])
-        dsl.release(flipped, grouped, folded, back)
-    return result
 
 
 def _grouped(dsl: Any, rows_qdq: Callable[[Any, Any, str, str], Any], x: Any, element: str, down: int,

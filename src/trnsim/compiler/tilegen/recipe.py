@@ -14,7 +14,7 @@ MIN_PIECE = 64 << 10     # bytes of a DMA piece: ~2 us at a queue's 33 GB/s, its
 QUEUES = 16              # DMA queues per core (trn3 preset); loads and stores are spread over them
 MAX_INPUTS = 12
 PSUM_COLS = 512          # fp32 per partition in one PSUM bank: one matmul's moving free size (neuron.md §2.2 TC#2)
-MAX_LEAD_COLS = 4096     # the leading-axis sums of a group accumulate in PSUM's 8 banks of PSUM_COLS fp32
+PSUM_BANKS = 8           # the leading-axis sums of a group accumulate in PSUM's 8 banks of PSUM_COLS fp32
                          # (neuron.md §0: 2 MiB per core, 16 KiB per partition); a kernel that also
                          # transposes on TensorE then runs out of PSUM and keeps the analytic cost
 EXACT_INDEX = 1 << 24    # iota arithmetic runs in fp32: element indices are exact below this
@@ -72,15 +72,17 @@ class Recipe:
     column per block), ``mid`` (a ``[rows, inner]`` tile per block: a middle-axis reduction's width), ``red`` (a
     ``[P, W]`` tile loaded after the loop, next to a leading-axis result), ``scalar`` (one ``[128, 1]`` column),
     ``vec`` / ``per`` (a ``[1, cols]`` / ``[P, cols]`` table repeated down the rows). Step kinds: ``alu``, ``act``,
-    ``copy``, ``select``, ``reduce`` (free axis), ``middle`` (op over the middle axis of each row viewed
+    ``copy``, ``select``, ``wrap`` (op: the unsigned twin of the result's width, ``WRAP``: the operand's low bits
+    read as the result's dtype), ``reduce`` (free axis), ``middle`` (op over the middle axis of each row viewed
     ``[count, inner]``; operands: the value and ``count``), ``mx`` (an MX quantize-dequantize; op: the element
     format, operands: the value and 0 for blocks along a row, 1 for blocks down 32 rows), ``group`` (an int4
     quantize-dequantize with an fp32 scale per 32 elements, operands as ``mx``), ``scaled`` (a per-tensor scaled
     quantize-dequantize, op: the element format; phase ``late``), ``const`` (a memset tile), ``iota`` (op: its
-    ``iota_form``; operands: the axis's stride and size in elements), ``lead`` (operands: the value and ``P``; the
-    ``[P, W]`` leading-axis reduction: sums on TensorE, maxima and minima in a running VectorE tile). ``phases``
-    says when each step runs: ``pre`` (once, before the tile loop), ``block``, ``post`` (once, after it), ``late``
-    (per tile again, after it). Output kinds: ``full``, ``row``, ``mid``, ``sc`` (a scalar, or a vector of one
+    ``iota_form``; operands: the axis's stride and size in elements), ``lead`` (operands: the value, ``P`` and,
+    for a sum folded onto PSUM partitions, its strips' columns (``lead_strips``); the ``[P, W]`` leading-axis
+    reduction: sums on TensorE, maxima and minima in a running VectorE tile). ``phases`` says when each step
+    runs: ``pre`` (once, before the tile loop), ``block``, ``post`` (once, after it), ``late`` (per tile again,
+    after it). Output kinds: ``full``, ``row``, ``mid``, ``sc`` (a scalar, or a vector of one
     repeated scalar, from a column), ``red`` (a leading-axis result)."""
 
     elements: int
@@ -141,6 +143,30 @@ def pipeline(recipe: Recipe) -> tuple[int, int]:
     # update of a [256, 256] parameter 24.6 -> 19.1 us, a [512, 2048] fp32 softmax 52.0 -> 35.6 us
     ahead = max(1, min(QUEUES, blocks, PREFETCH_BYTES * lanes // sum(loads)))
     return ahead, max(1, min(PARTITIONS // 32, -(-QUEUES // (ahead * len(loads)))))
+
+
+def lead_strips(sums: list[tuple[int, int]]) -> list[int] | None:
+    """Per leading-axis sum ``(P, W)`` of a kernel: the columns of each strip its ``[P, W]`` accumulator folds
+    into (``leading``), ``W`` itself when the sums fit in the ``PSUM_BANKS`` side by side; None when they do
+    not fit even folded (more sums than banks, or more than 128 partitions).
+
+    NOTE: folded, every sum gets an even share of the banks (a 70B model's norm-scale gradient, [4096, 8192]
+    → [8192], all 8: two strips of 4096 columns on partitions 0 and 1) and its strips the same number of them
+    (4608 + 100 columns: two strips of 5 banks, 2560 columns, rather than 8 banks and 2 of them)."""
+    need = [-(-width // PSUM_COLS) for _, width in sums]
+    if sum(need) <= PSUM_BANKS:
+        return [width for _, width in sums]
+    share = PSUM_BANKS // len(sums)
+    strips: list[int] = []
+    for (period, width), banks in zip(sums, need, strict=True):
+        if not share:
+            return None
+        count = -(-banks // share)
+        strip = -(-banks // count) * PSUM_COLS
+        if period * -(-width // strip) > PARTITIONS:
+            return None
+        strips.append(min(strip, width))
+    return strips
 
 
 def pieces(nbytes: int, split: int) -> int:
