@@ -148,7 +148,7 @@ _NEUTRAL: dict[str, tuple[float, bool]] = {"subtract": (0.0, False), "multiply":
 def _unchanged(op: str, operands: tuple[Ref, ...], dtype: str) -> Ref | None:
     """The operand an op returns unchanged (an identity a JAX program keeps: a causal mask's ``+ 0`` and
     ``select(mask, True, False)``, softmax's ``max(m, -inf)``), or None: one VectorE pass a tile fewer."""
-    neutral = _NEUTRAL.get(op) or ((0.0, True) if op == "add" and dtype in ("i32", "i1") else None)
+    neutral = _NEUTRAL.get(op) or ((0.0, True) if op == "add" and dtype in INT_RANGE else None)
     if neutral is not None and len(operands) == 2:
         value, either = neutral
         if operands[1] == ("imm", value):
@@ -894,6 +894,10 @@ def _int_remainder(b: _Builder, operands: tuple[Ref, ...], out: str, result: str
     return b.push(("select", "select", (zero, kept, rem), dt), result)
 
 
+# an unsigned DSL dtype → the signed one of its width (a bitcast reads the same bits)
+SIGNED: dict[str, str] = {"uint8": "int8", "uint16": "int16", "uint32": "int32"}
+
+
 def _shift(kind: str) -> Callable[[_Builder, tuple[Ref, ...], str, str], Ref | None]:
     """StableHLO's shifts of integers on the ISA's int64 ``shl`` / ``shr`` (arithmetic) of the operands' values:
     the amount read unsigned and capped at the width (``bits - 1`` for an arithmetic shift, whose larger shifts
@@ -904,7 +908,8 @@ def _shift(kind: str) -> Callable[[_Builder, tuple[Ref, ...], str, str], Ref | N
 
     def build(b: _Builder, operands: tuple[Ref, ...], out: str, result: str) -> Ref | None:
         x, amount = operands
-        bits, twin, dt = INT_RANGE[out][1].bit_length() + (INT_RANGE[out][0] < 0), WRAP[out], DSL_DTYPE[out]
+        lo, hi = INT_RANGE[out]
+        bits, twin, dt = (hi - lo).bit_length(), WRAP[out], DSL_DTYPE[out]
         ones = float((1 << bits) - 1)
         cap = float(bits - 1 if kind == "arithmetic" else bits)
         if x[0] == "imm":
@@ -932,8 +937,6 @@ def _shift(kind: str) -> Callable[[_Builder, tuple[Ref, ...], str, str], Ref | N
 
     return build
 
-
-SIGNED: dict[str, str] = {"uint8": "int8", "uint16": "int16", "uint32": "int32"}
 
 # (StableHLO op, on floats) → the steps of an op without one instruction of its own
 _COMPOSED: dict[tuple[str, bool], Callable[[_Builder, tuple[Ref, ...], str, str], Ref | None]] = {
