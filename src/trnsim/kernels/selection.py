@@ -19,6 +19,7 @@ of a row, the chunks (and the partitions a few long rows are spread over) merged
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -93,6 +94,8 @@ CANONICAL_NAN = float("nan")  # fp32 0x7FC00000: every NaN of a key becomes this
 LOAD_SPLIT = 15
 STORE_QUEUE = 15
 MIN_SEGMENT = 2048   # values of a row per partition at least, when few long rows are spread over partitions
+PIPELINE = 4         # chunks a kernel of fewer row tiles splits its rows into, at most MIN_PIECE values each...
+MIN_PIECE = 512      # ...so that loads, the three engines' passes and the merges overlap
 FLOAT_KEYS = ("fp32", "bf16", "fp16")
 SPLIT_KEYS = ("int32", "uint32")          # keys (x >> 16, x & 0xFFFF): two fp32-exact halves, compared in turn
 EXACT_KEYS = (*FLOAT_KEYS, "int16", "uint16", "int8", "uint8", *SPLIT_KEYS)
@@ -157,7 +160,11 @@ def argmax_kernel(x: Tensor, *, smallest: bool = False, chunk: int = MAX_ROW, se
     levels = 2 if x.dtype in SPLIT_KEYS else 1
     # NOTE: 32-bit integers keep 18 more bytes a value alive (the second key, the halves, the mask and
     # the masked key of _first_best): a quarter of the chunk keeps them, and the loads ahead, in SBUF
-    rows = _Rows(cols, segs, min(chunk if levels == 1 else MAX_ROW // 4, -(-cols // segs)))
+    span = -(-cols // segs)
+    row_tiles = -(-outer // (pmax // segs)) if inner == 1 else outer * -(-inner // pmax)
+    if row_tiles < PIPELINE:     # too few tiles to overlap one's load with another's compute: split the rows
+        span = max(min(span, MIN_PIECE), -(-span // -(-PIPELINE // row_tiles)))
+    rows = _Rows(cols, segs, min(chunk if levels == 1 else MAX_ROW // 4, span))
     width = max(rows.width, SELECT_WIDTH)
     nan = dsl.full((pmax, 1), CANONICAL_NAN) if x.dtype in FLOAT_KEYS else None
     low = dsl.full((pmax, 1), float("-inf"))      # both read through free-axis broadcasts
@@ -173,6 +180,7 @@ def argmax_kernel(x: Tensor, *, smallest: bool = False, chunk: int = MAX_ROW, se
     tiles = ([(o0, 0, n) for o0, n in blocks(outer, pmax // segs)] if inner == 1 else
              [(o, i0, n) for o in range(outer) for i0, n in blocks(inner, pmax)])
     pieces = [(a, i0, rn, c) for a, i0, rn in tiles for c in range(rows.chunks)]
+    queues = itertools.cycle(range(LOAD_SPLIT))     # a row's pieces go round the load queues
 
     def load(piece: tuple[int, int, int, int]) -> Callable[[], tuple[Tensor, Tensor]]:
         a, i0, rn, c = piece
@@ -181,7 +189,14 @@ def argmax_kernel(x: Tensor, *, smallest: bool = False, chunk: int = MAX_ROW, se
             cn = rows.width
             key = dsl.sbuf((rn * segs, width), "fp32")
             raw = key[:, :cn] if x.dtype == "fp32" else dsl.sbuf((rn * segs, cn), x.dtype)
-            if segs > 1:   # whole pieces in LOAD_SPLIT DMAs a row, a short last piece in one
+            whole = rows.chunk(c)
+            if segs > 1 and len(whole) == segs and whole[-1][2] == cn and rn >= LOAD_SPLIT // 2:
+                # [rows, segs·width] of x is [rows·segs, width] of the tile in index order: DMAs of rows
+                v0 = c * segs * cn
+                for r0, k in blocks(rn, -(-rn // LOAD_SPLIT)):
+                    dsl.dma_copy(raw[r0 * segs : (r0 + k) * segs, :], x[a + r0 : a + r0 + k, v0 : v0 + segs * cn, 0],
+                                 queue=next(queues))
+            elif segs > 1:   # whole pieces in LOAD_SPLIT DMAs a row, a short last piece in one
                 for r in range(rn):
                     for p, v0, n in _runs(rows.chunk(c)):
                         if n % cn:
@@ -189,7 +204,7 @@ def argmax_kernel(x: Tensor, *, smallest: bool = False, chunk: int = MAX_ROW, se
                             continue
                         for q0, k in blocks(n // cn, -(-n // cn // LOAD_SPLIT)):
                             dsl.dma_copy(raw[r * segs + p + q0 : r * segs + p + q0 + k, :cn],
-                                         x[a + r, v0 + q0 * cn : v0 + (q0 + k) * cn, 0], queue=q0 % LOAD_SPLIT)
+                                         x[a + r, v0 + q0 * cn : v0 + (q0 + k) * cn, 0], queue=next(queues))
             else:
                 c0 = c * cn
                 n = min(cn, cols - c0)
@@ -247,14 +262,14 @@ def _keys(key: Tensor, raw: Tensor, smallest: bool, nan: Tensor | None) -> list[
     if raw.dtype in SPLIT_KEYS:
         second = dsl.sbuf(key.shape, "fp32")
         high = dsl.tensor_scalar(raw, "shr", 16.0, dtype="int32")
-        sources = [(high, real), (dsl.tensor_scalar(raw, "and", 65535.0, dtype="int32"), second[:, :cn])]
+        halves = dsl.tensor_scalar(raw, "and", 65535.0, dtype="int32", engine="gpsimd")
+        sources = [(high, real), (halves, second[:, :cn])]
         tiles.append(second)
-    isnan = dsl.tensor_tensor(raw, raw, "ne", dtype="uint8") if nan is not None else None
+    # NOTE: ScalarE makes the keys and GpSimd finds the NaNs, so VectorE (twice their fp32 rate) is left
+    # the select and the two selection passes: tiles pipeline over the three engines
+    isnan = dsl.tensor_tensor(raw, raw, "ne", dtype="uint8", engine="gpsimd") if nan is not None else None
     for src, dst in sources:
-        if smallest:
-            dsl.tensor_scalar(src, "mul", -1.0, "add", 0.0, out=dst)
-        else:
-            dsl.tensor_scalar(src, "add", 0.0, out=dst)
+        dsl.activation("identity", src, scale=-1.0 if smallest else 1.0, bias=0.0, out=dst)
     if isnan is not None and nan is not None:
         dsl.where(isnan, nan[:rn].broadcast_to((rn, cn)), real, out=real)
     return tiles
