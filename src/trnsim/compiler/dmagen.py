@@ -42,6 +42,7 @@ from trnsim.isa.dtypes import get_dtype
 QUEUES = 16
 MAX_INPUTS = 8
 FILL_COLS = 4096          # the constant tile a pad fills from: [128, 4096] elements of the tensor's dtype
+FILL_SPLIT = 64 * 1024    # bytes: a fill region beyond this goes in pieces over the queues (one DMA a queue)
 MAX_DMAS = 512            # batched 2-D transposes beyond this many are timed on a sample and scaled
 DSL_DTYPE: dict[str, str] = {"f32": "fp32", "bf16": "bf16", "f16": "fp16", "i32": "int32", "ui32": "uint32",
                              "i16": "int16", "ui16": "uint16", "i8": "int8", "ui8": "uint8"}
@@ -141,9 +142,11 @@ class GatherPlan:
     """A dynamic slice as gathers of whole rows of ``x`` viewed as the table ``[prod(shape[:k+1]),
     prod(shape[k+1:])]``, ``k`` the last dim the slice does not cover whole (the dims after it are whole, so
     a row is one contiguous run). The result is ``[prod(sizes[:k+1]), row]``; result row ``(i_0 .. i_k)`` is
-    table row ``Σ_d (start_d + i_d) · T_d`` (``T_d = prod(shape[d+1:k+1])``, ``T_k = 1``). ``tiles``: per
-    block of ≤ ``GATHER_ROWS`` consecutive ``i_k`` at one ``(i_0 .. i_k-1)``, its first result row, rows, and the table
-    row offset of its first row without the starts that are data.
+    table row ``Σ_d (start_d + i_d) · T_d`` (``T_d = prod(shape[d+1:k+1])``, ``T_k = 1``). The partitions of
+    a tile run along ``i_m``, ``m`` the last of those dims the slice takes more than one index of (after it,
+    every ``i`` is 0): ``tiles`` holds, per block of ≤ 128 consecutive ``i_m`` at one ``(i_0 .. i_m-1)``, its
+    first result row, rows, and the table row of its first row without the starts that are data; rows
+    within a tile are ``step = T_m`` apart.
 
     NOTE: tiles of ``GATHER_ROWS`` rather than 128 rows when rows exceed ``SMALL_ROW`` bytes: each gather is
     one DMA on one queue, and smaller ones spread over the queues (one of 128 rows of 4 KiB would take a
@@ -152,6 +155,7 @@ class GatherPlan:
     table: tuple[int, int]
     out: tuple[int, int]
     row_strides: tuple[int, ...]                 # T_d for d ≤ k
+    step: int                                    # table rows between a tile's partitions
     tiles: tuple[tuple[int, int, int], ...]
 
     @staticmethod
@@ -162,12 +166,14 @@ class GatherPlan:
         strides = tuple(prod(shape[d + 1 : k + 1]) for d in range(k + 1))
         fixed = sum(max(s, 0) * t for s, t in zip(layout.start, strides, strict=False))
         per = GATHER_ROWS if width * get_dtype(layout.dtype).itemsize > SMALL_ROW else 128
+        m = max((d for d in range(k + 1) if sizes[d] > 1), default=k)   # the dim along the partitions
         tiles: list[tuple[int, int, int]] = []
-        for outer in _indices(sizes[:k]):
+        for outer in _indices(sizes[:m]):
             row0 = sum(i * prod(sizes[d + 1 : k + 1]) for d, i in enumerate(outer))
             base = fixed + sum(i * t for i, t in zip(outer, strides, strict=False))
-            tiles += [(row0 + c0, p, base + c0) for c0, p in _blocks(sizes[k], per)]
-        return GatherPlan((prod(shape[: k + 1]), width), (prod(sizes[: k + 1]), width), strides, tuple(tiles))
+            tiles += [(row0 + c0, p, base + c0 * strides[m]) for c0, p in _blocks(sizes[m], per)]
+        return GatherPlan((prod(shape[: k + 1]), width), (prod(sizes[: k + 1]), width), strides, strides[m],
+                          tuple(tiles))
 
 
 def _gather_slice(layout: Layout, table: Any, starts: list[Any]) -> Any:
@@ -193,7 +199,7 @@ def _gather_slice(layout: Layout, table: Any, starts: list[Any]) -> Any:
                                    0.0 if offset is None else offset, dtype="fp32")
     if offset is None:
         offset = dsl.zeros((128, 1), "fp32")
-    rows = dsl.iota((128, 1), "fp32", channel_multiplier=1)
+    rows = dsl.iota((128, 1), "fp32", channel_multiplier=plan.step)
     columns = _blocks(plan.table[1], FILL_COLS)
     work = [(tile, c0, w) for tile in plan.tiles for c0, w in columns]
 
@@ -404,10 +410,11 @@ def _pad_plan(layout: Layout) -> PadPlan:
     return PadPlan(tuple(shape), tuple(src), tuple(on), regions)
 
 
-def _fill(view: Any, constant: Any, copy: Any) -> None:
+def _fill(view: Any, constant: Any, copy: Any, spread: bool = True) -> None:
     """DMA the constant tile into ``view``: a [p, f] block of it with p·f elements, split as needed (also
     where the view's contiguous inner run exceeds an access pattern's 65535 elements per free dimension,
-    ``reference/neuron.md`` §1.2: sizes are uint16)."""
+    ``reference/neuron.md`` §1.2: sizes are uint16). ``spread``: a view of more than ``FILL_SPLIT`` bytes
+    goes in up to ``QUEUES`` pieces along its first dim, one a queue."""
     from math import gcd
 
     from trnsim.isa.verify import MAX_COUNT
@@ -415,6 +422,10 @@ def _fill(view: Any, constant: Any, copy: Any) -> None:
     while len(view.shape) > 1 and view.shape[0] == 1:
         view = view[0]            # a unit leading dim would make the rest one free dimension of the HBM side
     size = prod(view.shape)
+    if spread and view.shape[0] > 1 and size * get_dtype(view.dtype).itemsize > FILL_SPLIT:
+        for i0, i1 in _chunks(view.shape[0]):
+            _fill(view[i0:i1], constant, copy, spread=False)
+        return
     p = gcd(size, 128)
     if size // p <= FILL_COLS and all(count <= MAX_COUNT for _, count in view.ap().free):
         copy(view, constant[:p, : size // p])
@@ -423,8 +434,8 @@ def _fill(view: Any, constant: Any, copy: Any) -> None:
     n = view.shape[d]
     half = n // 2
     lead = (slice(None),) * d
-    _fill(view[(*lead, slice(0, half))], constant, copy)
-    _fill(view[(*lead, slice(half, n))], constant, copy)
+    _fill(view[(*lead, slice(0, half))], constant, copy, spread=False)
+    _fill(view[(*lead, slice(half, n))], constant, copy, spread=False)
 
 
 def _chunks(n: int) -> list[tuple[int, int]]:
