@@ -953,6 +953,22 @@ def test_reduce_precision_to_a_wider_format_is_a_copy_and_to_its_own_flushes(dty
     assert [s.kernel for s in own.plan.steps] == ["fused_elementwise"]
 
 
+def test_wrapped_integers_rounding_and_shifts_in_rows_longer_than_max_row_are_exact() -> None:
+    """Rows over ``MAX_ROW`` run in column chunks (``chunked``): a ``wrap`` of a row's sum is made once per tile
+    like the sum, and composed ops (floor, round, shifts by a per-row amount) run chunk by chunk."""
+    rng = np.random.default_rng(27)
+    x = rng.integers(-128, 128, (16, 5000)).astype(np.int8)
+    f = (rng.standard_normal((16, 5000)) * 3).astype(np.float32)
+    s = rng.integers(-2, 10, (16, 1)).astype(np.int8)
+    cases = [(lambda x: jnp.sum(x, axis=1, dtype=jnp.int8), (x,), True),
+             (lambda f: jnp.floor(f) - jnp.max(jnp.round(f), axis=1, keepdims=True), (f,), False),
+             (lambda x, s: jax.lax.shift_left(x, jnp.broadcast_to(s, x.shape)) + x.max(axis=1, keepdims=True),
+              (x, s), True)]
+    for fn, args, wraps in cases:
+        (recipe,) = _exact(fn, *args)
+        assert recipe.chunk and any(step[0] == "wrap" for step in recipe.steps) == wraps
+
+
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("shape, strip", [
     ((200, 8192), 4096),            # a 70B norm-scale gradient's width: two strips on partitions 0 and 1
