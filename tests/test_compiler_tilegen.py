@@ -820,7 +820,8 @@ def _pairs(dtype: str) -> tuple[np.ndarray, np.ndarray]:
 @pytest.mark.parametrize("dtype", list(_EDGES))
 def test_narrow_integers_wrap_as_stablehlo_and_compute_exactly(dtype: str) -> None:
     """int8/int16/uint8/uint16/uint32: sums, differences, products and negations wrap modulo 2**bits (an ISA
-    write would saturate: 127 + 1 = -128, 3 - 5 = 254 in uint8, -(-128) = -128); the others stay in range."""
+    write would saturate: 127 + 1 = -128, 3 - 5 = 254 in uint8, -(-128) = -128; uint32's ``-(3 - 5)`` is 2,
+    its operands read as int32); the others stay in range."""
     a, b = _pairs(dtype)
     wide = dtype in ("int16", "uint16", "uint32")
     small = (a % 2048).astype(dtype) if wide else a      # 16- and 32-bit products exact below 2**24 only
@@ -828,7 +829,7 @@ def test_narrow_integers_wrap_as_stablehlo_and_compute_exactly(dtype: str) -> No
     recipes = _exact(lambda a, b, s: (a + b, a - b, s * (b % 2048) if wide else s * b,
                                       jnp.maximum(a, b), jnp.minimum(a, b), a & b, a | b, a ^ b, ~a,
                                       jnp.where(a > b, a, b), jnp.clip(a, b, jnp.asarray(100, dtype)),
-                                      -a, *((jnp.abs(a), jnp.sign(a)) if signed else ())),
+                                      -a, -(a - b), *((jnp.abs(a), jnp.sign(a)) if signed else ())),
                      a, b, small)
     assert any(s[0] == "wrap" for r in recipes for s in r.steps)
 

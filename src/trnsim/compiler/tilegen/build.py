@@ -405,6 +405,12 @@ class _Builder:
         wraps = out_t.dtype in WRAPPING.get(node.op, ())
         if wraps and result not in ("full", "vec", "col", "sc"):
             return None
+        if wraps and out_t.dtype == "ui32":
+            # NOTE: ui32 operands are read as int32 (a bitcast): a small negative difference wrapped (2**32 - 5)
+            # is -5 there, so chains of sums, differences and negations stay exact while their int32 readings
+            # are below 2**24, which includes every unsigned value below 2**24
+            operands = tuple(self.push(("wrap", "uint32", (o,), "int32"), self.kind(o)) if o[0] != "imm" else
+                             ("imm", o[1] - 2.0 ** 32 if o[1] >= 2.0 ** 31 else o[1]) for o in operands)
         work = "int32" if wraps else dt     # made exactly in int32, then its low bits kept (recipe.WRAP)
         if node.op in ALU:
             step: Step = ("alu", ALU[node.op], operands, work)

@@ -38,9 +38,9 @@ WRAP: dict[str, str] = {"i8": "uint8", "i16": "uint16", "i32": "uint32", "ui8": 
                         "ui32": "uint32"}
 _NARROW = frozenset({"i8", "i16", "ui8", "ui16"})
 UNSIGNED = frozenset({"ui8", "ui16", "ui32"})
-# op → the integer types whose results it may take out of range (an unsigned difference or negation is
-# negative, so ui32 wraps those too)
-WRAPPING: dict[str, frozenset[str]] = {"add": _NARROW, "multiply": _NARROW, "abs": _NARROW,
+# op → the integer types whose results it may take out of range (ui32's made from its operands read as int32:
+# ``build``; i32's written to int32, saturating beyond the range exact in fp32 anyway)
+WRAPPING: dict[str, frozenset[str]] = {"add": _NARROW | {"ui32"}, "multiply": _NARROW | {"ui32"}, "abs": _NARROW,
                                        "subtract": _NARROW | {"ui32"}, "negate": _NARROW | {"ui32"}}
 INT_RANGE: dict[str, tuple[int, int]] = {"i8": (-1 << 7, (1 << 7) - 1), "i16": (-1 << 15, (1 << 15) - 1),
                                          "i32": (-1 << 31, (1 << 31) - 1), "ui8": (0, (1 << 8) - 1),
