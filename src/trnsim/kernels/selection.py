@@ -89,10 +89,10 @@ def topk(x: ArrayLike, k: int, dtype: str | None = None, *, target: str = "trn3"
 # ---- argmax / argmin: one max8 + find_index8 per chunk of a row, chunks merged the same way -------------
 
 CANONICAL_NAN = float("nan")  # fp32 0x7FC00000: every NaN of a key becomes this one, the largest key
-# a row tile's load is split over queues 0..14, its indices stored on queue 15 (reference/neuron.md §1.2: 16
-# DMA queues a core): a store sharing a load queue would hold the next tile's load behind this tile's compute
-LOAD_SPLIT = 15
-STORE_QUEUE = 15
+# loads and stores go round the 16 DMA queues of a core (reference/neuron.md §1.2); loads are issued ahead
+# (prefetch), so a store ahead of a load on its queue rarely holds it
+LOAD_SPLIT = 16
+LOAD_PIECE = 32 * 1024   # bytes a load DMA moves at least when split (each DMA also pays the queue's latency)
 MIN_SEGMENT = 2048   # values of a row per partition at least, when few long rows are spread over partitions
 PIPELINE = 4         # chunks a kernel of fewer row tiles splits its rows into, at most MIN_PIECE values each...
 MIN_PIECE = 512      # ...so that loads, the three engines' passes and the merges overlap
@@ -161,7 +161,13 @@ def argmax_kernel(x: Tensor, *, smallest: bool = False, chunk: int = MAX_ROW, se
     # NOTE: 32-bit integers keep 18 more bytes a value alive (the second key, the halves, the mask and
     # the masked key of _first_best): a quarter of the chunk keeps them, and the loads ahead, in SBUF
     span = -(-cols // segs)
-    row_tiles = -(-outer // (pmax // segs)) if inner == 1 else outer * -(-inner // pmax)
+    # row tiles: (first o, first i, o's, rows); I > 1: rows are (o, i), the i of an o on consecutive
+    # partitions, as many o as fit when I < 128
+    pack = max(1, pmax // inner)
+    tiles = ([(o0, 0, n, n) for o0, n in blocks(outer, pmax // segs)] if inner == 1 else
+             [(o, i0, 1, n) for o in range(outer) for i0, n in blocks(inner, pmax)] if pack == 1 else
+             [(o0, 0, n, n * inner) for o0, n in blocks(outer, pack)])
+    row_tiles = len(tiles)
     if row_tiles < PIPELINE:     # too few tiles to overlap one's load with another's compute: split the rows
         span = max(min(span, MIN_PIECE), -(-span // -(-PIPELINE // row_tiles)))
     rows = _Rows(cols, segs, min(chunk if levels == 1 else MAX_ROW // 4, span))
@@ -177,13 +183,11 @@ def argmax_kernel(x: Tensor, *, smallest: bool = False, chunk: int = MAX_ROW, se
     if segs > 1 and last < segs * rows.width:
         place = dsl.iota((pmax, rows.width), "fp32", channel_multiplier=rows.width)
         valid = dsl.tensor_scalar(place, "mod", float(segs * rows.width), "lt", float(last), dtype="uint8")
-    tiles = ([(o0, 0, n) for o0, n in blocks(outer, pmax // segs)] if inner == 1 else
-             [(o, i0, n) for o in range(outer) for i0, n in blocks(inner, pmax)])
-    pieces = [(a, i0, rn, c) for a, i0, rn in tiles for c in range(rows.chunks)]
-    queues = itertools.cycle(range(LOAD_SPLIT))     # a row's pieces go round the load queues
+    pieces = [(a, i0, og, rn, c) for a, i0, og, rn in tiles for c in range(rows.chunks)]
+    queues = itertools.cycle(range(LOAD_SPLIT))     # loads (a row's pieces too) and stores go round the queues
 
-    def load(piece: tuple[int, int, int, int]) -> Callable[[], tuple[Tensor, Tensor]]:
-        a, i0, rn, c = piece
+    def load(piece: tuple[int, int, int, int, int]) -> Callable[[], tuple[Tensor, Tensor]]:
+        a, i0, og, rn, c = piece
 
         def issue() -> tuple[Tensor, Tensor]:
             cn = rows.width
@@ -205,18 +209,25 @@ def argmax_kernel(x: Tensor, *, smallest: bool = False, chunk: int = MAX_ROW, se
                         for q0, k in blocks(n // cn, -(-n // cn // LOAD_SPLIT)):
                             dsl.dma_copy(raw[r * segs + p + q0 : r * segs + p + q0 + k, :cn],
                                          x[a + r, v0 + q0 * cn : v0 + (q0 + k) * cn, 0], queue=next(queues))
+            elif og > 1 and inner > 1:   # a transposed [I, n] per o (the DMA-transpose path), round the queues
+                c0 = c * cn
+                n = min(cn, cols - c0)
+                for k in range(og):
+                    dsl.load(raw[k * inner : (k + 1) * inner, :n], x[a + k, c0 : c0 + n, :].T, queue=next(queues))
             else:
                 c0 = c * cn
                 n = min(cn, cols - c0)
                 view = x[a : a + rn, c0 : c0 + n, 0] if inner == 1 else x[a, c0 : c0 + n, i0 : i0 + rn].T
-                dsl.load(raw[:, :n], view, queue=0, split=min(LOAD_SPLIT, rn))   # a .T view: the DMA transpose
+                ways = max(1, min(LOAD_SPLIT, rn, rn * n * itemsize // LOAD_PIECE))   # a .T view: the DMA transpose
+                dsl.load(raw[:, :n], view, queue=next(queues), split=ways)
             return key, raw
         return issue
 
-    size = get_dtype(x.dtype).itemsize if x.dtype != "fp32" else 0
+    itemsize = get_dtype(x.dtype).itemsize
+    size = itemsize if x.dtype != "fp32" else 0
     depth = prefetch_depth(width * (4 + size), width * (1 + 17 * (levels - 1)) + 1024)
     loaded = prefetch([load(piece) for piece in pieces], depth)
-    for a, i0, rn in tiles:
+    for a, i0, og, rn in tiles:
         parts = rn * segs
         best = [dsl.sbuf((parts, max(rows.chunks, SELECT_WIDTH)), "fp32") for _ in range(levels)]
         at = dsl.sbuf((parts, rows.chunks), "fp32")
@@ -238,8 +249,11 @@ def argmax_kernel(x: Tensor, *, smallest: bool = False, chunk: int = MAX_ROW, se
             at_row = dsl.sbuf((rn, segs), "fp32")
             dsl.dma_copy(at_row, placed)
             position, _ = _merge(spread, at_row, segs, column, low, nans=nan is not None)
-        out = indices[a : a + rn, 0] if inner == 1 else indices[a, i0 : i0 + rn]
-        dsl.store(out, dsl.copy(position, dtype="int32"), queue=STORE_QUEUE)
+        result = dsl.copy(position, dtype="int32")
+        if inner == 1:
+            dsl.store(indices[a : a + rn, 0], result, queue=next(queues))
+        else:   # [o's · i's, 1] → [o's, i's] in index order
+            dsl.dma_copy(indices[a : a + og, i0 : i0 + rn // og, 0], result, queue=next(queues))
     return indices
 
 
