@@ -61,7 +61,8 @@ def test_many_row_tiles_are_sampled_within_two_percent() -> None:
     (lambda x: jnp.argmax(x, axis=-1), (300, 77), jnp.float32),
     (lambda x: jnp.argmin(x, axis=0), (50, 130), jnp.bfloat16),
     (lambda x: jnp.argmax(x), (1000,), jnp.float16),
-    (lambda x: jax.lax.argmin(x, 1, jnp.int32), (6, 40, 3), jnp.int16),
+    (lambda x: jax.lax.argmin(x, 1, jnp.int32), (6, 40, 3), jnp.int16),     # strided views of [40, 3] slabs
+    (lambda x: jnp.argmax(x, axis=1), (3, 40, 300), jnp.float32),              # transposed loads
     (lambda x: jnp.argmax(x, axis=-1), (64, 48), jnp.int32),
     (lambda x: jnp.argmin(x), (50_000,), jnp.float32),        # one row over the partitions
 ])

@@ -93,6 +93,7 @@ CANONICAL_NAN = float("nan")  # fp32 0x7FC00000: every NaN of a key becomes this
 # (prefetch), so a store ahead of a load on its queue rarely holds it
 LOAD_SPLIT = 16
 LOAD_PIECE = 32 * 1024   # bytes a load DMA moves at least when split (each DMA also pays the queue's latency)
+MAX_STRIDED = 16     # rows to an o read through strided views of one slab (_argmax_strided) at most
 MIN_SEGMENT = 2048   # values of a row per partition at least, when few long rows are spread over partitions
 PIPELINE = 4         # chunks a kernel of fewer row tiles splits its rows into, at most MIN_PIECE values each...
 MIN_PIECE = 512      # ...so that loads, the three engines' passes and the merges overlap
@@ -139,7 +140,8 @@ def argmax_kernel(x: Tensor, *, smallest: bool = False, chunk: int = MAX_ROW, se
     each chunk's best keys and position join ``[P, chunks]`` tiles whose own ``_first_best`` picks the first
     chunk holding the row's best (a one-hot sum then reads its position). Few long rows (``I = 1``) are
     spread over the partitions in pieces of at least ``segment`` values (``_Rows``), each partition's best
-    then merged with the position as a last key (pieces are not in partition order across chunks).
+    then merged with the position as a last key (pieces are not in partition order across chunks). A few
+    rows to an ``o`` (``I ≤ MAX_STRIDED``) go through strided views of ``o``'s slab (``_argmax_strided``).
 
         for each row tile (rows × segs ≤ 128 partitions; I > 1: a block of i at one o, loaded through a
                            transposed view):
@@ -156,8 +158,11 @@ def argmax_kernel(x: Tensor, *, smallest: bool = False, chunk: int = MAX_ROW, se
         fail(f"rows of {cols} values", "argmax positions are fp32-exact below 2**24 values a row")
     indices = dsl.hbm_tensor((outer, inner, 1), "int32", name="indices")
     pmax = dsl.tile_size().pmax
-    segs = max(1, min(pmax // outer, cols // segment)) if inner == 1 else 1
     levels = 2 if x.dtype in SPLIT_KEYS else 1
+    if 1 < inner <= MAX_STRIDED and cols >= SELECT_WIDTH and cols * inner <= (chunk if levels == 1 else MAX_ROW // 4):
+        _argmax_strided(x, indices, smallest)
+        return indices
+    segs = max(1, min(pmax // outer, cols // segment)) if inner == 1 else 1
     # NOTE: 32-bit integers keep 18 more bytes a value alive (the second key, the halves, the mask and
     # the masked key of _first_best): a quarter of the chunk keeps them, and the loads ahead, in SBUF
     span = -(-cols // segs)
@@ -255,6 +260,43 @@ def argmax_kernel(x: Tensor, *, smallest: bool = False, chunk: int = MAX_ROW, se
         else:   # [o's · i's, 1] → [o's, i's] in index order
             dsl.dma_copy(indices[a : a + og, i0 : i0 + rn // og, 0], result, queue=next(queues))
     return indices
+
+
+def _argmax_strided(x: Tensor, indices: Tensor, smallest: bool) -> None:
+    """``argmax_kernel`` for a few rows to an ``o`` (``I ≤ MAX_STRIDED``): ``o`` on the partitions, its whole
+    ``[N, I]`` slab along the free axis, loaded as it lies (one DMA a block of partitions), keys made once,
+    and each row ``i`` selected through the strided view ``key[:, i::I]`` (two VectorE passes per ``i``,
+    at the engines' penalty for strides over 16 bytes, instead of a transposed load per ``o``)."""
+    outer, cols, inner = x.shape
+    pmax = dsl.tile_size().pmax
+    nan = dsl.full((pmax, 1), CANONICAL_NAN) if x.dtype in FLOAT_KEYS else None
+    low = dsl.full((pmax, 1), float("-inf"))
+    queues = itertools.cycle(range(LOAD_SPLIT))
+    itemsize = get_dtype(x.dtype).itemsize
+    tiles = blocks(outer, pmax)
+
+    def load(tile: tuple[int, int]) -> Callable[[], tuple[Tensor, Tensor]]:
+        o0, rn = tile
+
+        def issue() -> tuple[Tensor, Tensor]:
+            key = dsl.sbuf((rn, cols * inner), "fp32")
+            raw = key if x.dtype == "fp32" else dsl.sbuf((rn, cols * inner), x.dtype)
+            ways = max(1, min(LOAD_SPLIT, rn, rn * cols * inner * itemsize // LOAD_PIECE))
+            for r0, k in blocks(rn, -(-rn // ways)):   # [rows, N, I] of x is [rows, N·I] of the tile
+                dsl.dma_copy(raw[r0 : r0 + k], x[o0 + r0 : o0 + r0 + k], queue=next(queues))
+            return key, raw
+        return issue
+
+    size = itemsize if x.dtype != "fp32" else 0
+    width = cols * inner
+    depth = prefetch_depth(width * (4 + size), width * (1 + 17 * (x.dtype in SPLIT_KEYS)) + 1024)
+    for (o0, rn), (key, raw) in zip(tiles, prefetch([load(t) for t in tiles], depth), strict=True):
+        keys = _keys(key, raw, smallest, nan)
+        result = dsl.sbuf((rn, inner), "int32")
+        for i in range(inner):
+            found, _ = _first_best([k[:, i::inner] for k in keys], low)
+            dsl.copy(found[:, :1], out=result[:, i : i + 1])
+        dsl.store(indices[o0 : o0 + rn, :, 0], result, queue=next(queues))
 
 
 def _runs(pieces: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
