@@ -507,3 +507,21 @@ def test_a_jitted_dynamic_slice_is_a_gather_kernel_and_a_dynamic_update_slice_st
     for i in (0, 150, 290, -5):
         got, want = trnsim.jit(fn)(x, u, np.int32(i)), fn(x, u, np.int32(i))
         assert all(np.array_equal(np.asarray(g), np.asarray(w)) for g, w in zip(got, want, strict=True))
+
+
+def test_gather_tiles_run_along_the_last_dim_the_slice_takes_several_indices_of() -> None:
+    """x[:, i] of a [64, 512, 128] tensor: 64 rows 512 table rows apart, one gather (not one a row)."""
+    layout = dmagen.Layout("dynamic_slice", (64, 512, 128), "bf16", start=(0, -1, 0), sizes=(64, 1, 128),
+                           others=((1,),), index_dtype="int32")
+    plan = dmagen.GatherPlan.of(layout)
+    assert plan.table == (64 * 512, 128) and plan.step == 512 and plan.tiles == ((0, 64, 0),)
+
+
+def test_a_large_fill_region_goes_round_the_queues() -> None:
+    """Interior padding's holes of a [256, 1024] f32 tensor (1 MiB): one DMA a queue, not one DMA."""
+    layout = dmagen.Layout("pad", (256, 1024), "fp32", low=(1, 0), high=(2, 0), interior=(1, 0), value=0.0)
+    kernel = dmagen._kernel()  # pyright: ignore[reportPrivateUsage]
+    program = kernel.compile_specs([((256, 1024), "fp32")], "trn3", {"layout": layout}).program
+    queues = {ins.queue for ins in program.streams["sync"]}   # type: ignore[attr-defined]
+    assert len(queues) == dmagen.QUEUES
+    assert dmagen.layout_time("trn3", layout).seconds < 20e-6
