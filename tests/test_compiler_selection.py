@@ -22,8 +22,8 @@ def _plan(fn, *shapes):  # type: ignore[no-untyped-def]
 @pytest.mark.parametrize("dtype,dsl", [(jnp.float32, "fp32"), (jnp.bfloat16, "bf16")])
 def test_top_k_sort_is_the_topk_kernel(dtype: object, dsl: str) -> None:
     program = _plan(lambda x: jax.lax.top_k(x, 5), ((4, 100, 64), dtype))
-    (step,) = [s for s in program.plan.steps if s.ops == ["sort"]]
-    assert step.kernel == "topk"
+    (step,) = [s for s in program.plan.steps if "sort" in s.ops]
+    assert step.kernel == "topk" and step.ops == ["iota", "sort"]
     want = selection.topk_time("trn3", selection.TopK(400, 64, 5, dsl))
     assert step.seconds == want.seconds and step.busy == want.busy and step.busy["vector"] > 0
     x = np.random.default_rng(0).integers(-3, 4, (4, 100, 64)).astype(dtype)  # ties
@@ -102,3 +102,16 @@ def test_argmax_time_matches_the_kernel_and_is_sampled_for_many_rows() -> None:
 def test_other_variadic_reduces_keep_the_analytic_cost(fn: Any, dtype: Any) -> None:
     program = _plan(fn, ((64, 48), dtype))
     assert {s.kernel for s in program.plan.steps if "reduce" in s.ops} == {"vector_reduce"}
+
+
+def test_the_positions_iota_is_absorbed_unless_something_else_reads_it() -> None:
+    """The argmax and top-k kernels make positions themselves: the iota they pair with the values is not a
+    step of its own (nor written to HBM); another variadic reduce reads its iota from HBM."""
+    program = _plan(lambda x: (jnp.argmax(x, axis=-1), jax.lax.top_k(x, 3)), ((64, 48), jnp.float32))
+    ops = sorted(s.ops for s in program.plan.steps if s.kernel in ("argmax", "topk"))
+    assert ops == [["iota", "reduce"], ["iota", "sort"]]
+    assert not [s for s in program.plan.steps if s.ops == ["iota"]]
+    shared = _plan(lambda x: jax.lax.reduce((x, jax.lax.broadcasted_iota(jnp.int32, x.shape, 1)), (-jnp.inf, 0),
+                                            lambda a, b: (jnp.maximum(a[0], b[0]), jnp.minimum(a[1], b[1])), (1,)),
+                   ((64, 48), jnp.float32))
+    assert all(s.ops != ["iota", "reduce"] for s in shared.plan.steps)

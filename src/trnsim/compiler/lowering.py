@@ -160,7 +160,7 @@ def plan_graph(graph: Graph, ctx: PassContext, machine: costs.Machine) -> Plan:
     indexed = {gid: chosen for gid, members in groups.items() if len(members) == 1 and
                members[0].attrs.get("_kind") == "index" and
                (chosen := _index_kernel(members[0], machine, ctx)) is not None}
-    absorbed = _absorb_zero_fills(groups, uses, results, indexed)
+    absorbed = _absorb_zero_fills(groups, uses, results, indexed) | _absorb_positions(groups, uses, results, consumers)
     steps: list[Step] = []
     for gid in _topological(groups, graph):
         members = groups[gid]
@@ -368,6 +368,30 @@ def _absorb_zero_fills(groups: dict[int, list[Node]], uses: dict[int, set[int]],
             continue
         groups[gid] = [fill, members[0]]
         del groups[fill_gid]
+        absorbed.add(gid)
+    return absorbed
+
+
+def _absorb_positions(groups: dict[int, list[Node]], uses: dict[int, set[int]], results: set[int],
+                      consumers: dict[int, list[Node]]) -> set[int]:
+    """Move into an argmax reduce's or a top-k sort's group (``selection.argmax_for`` / ``topk_for``) the
+    iota of positions it pairs with the values, when that iota is a group of its own read by nothing else:
+    the kernels make the positions themselves (find_index8), so the iota is never written to HBM. Returns
+    the groups that absorbed one (their iota comes first)."""
+    absorbed: set[int] = set()
+    for gid, members in list(groups.items()):
+        node = members[0]
+        if len(members) != 1 or (selection.argmax_for(node, consumers, results) is None and
+                                  selection.topk_for(node, consumers, results) is None):
+            continue
+        index = node.inputs[1]
+        iota = index.producer
+        iota_gid = iota.attrs.get("_group", -1) if iota is not None else -1
+        if iota is None or index.id in results or uses.get(index.id) != {gid} or \
+                [id(n) for n in groups.get(iota_gid, [])] != [id(iota)]:
+            continue
+        groups[gid] = [iota, node]
+        del groups[iota_gid]
         absorbed.add(gid)
     return absorbed
 
