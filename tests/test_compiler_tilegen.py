@@ -970,6 +970,21 @@ def test_wrapped_integers_rounding_and_shifts_in_rows_longer_than_max_row_are_ex
         assert recipe.chunk and any(step[0] == "wrap" for step in recipe.steps) == wraps
 
 
+def test_splat_constants_are_immediates_and_boolean_all_any_are_min_max() -> None:
+    """A constant of one repeated value (a chlo decomposition's ``dense<c> : tensor<20x20xf32>`` coefficients,
+    or a numpy array a jitted function closes over) is an instruction immediate, not a kernel input; ``all``
+    / ``any`` of i1 masks (``reduce`` with ``and`` / ``or``) are min / max of 0/1 bytes along either axis."""
+    rng = np.random.default_rng(28)
+    x = rng.standard_normal((20, 20)).astype(np.float32)
+    coefficients = [np.full((20, 20), c, np.float32) for c in (0.5, -1.25, 3.0, np.nan)]
+    (recipe,) = _exact(lambda x: ((x * coefficients[0] + coefficients[1]) * x - coefficients[2]) + coefficients[3], x)
+    assert len(recipe.inputs) == 1
+    m = rng.random((20, 40)) < 0.9
+    m[3] = True
+    _exact(lambda m: (jnp.all(m, axis=1), jnp.any(~m, axis=1)), m)
+    _exact(lambda m: (jnp.all(m, axis=0), jnp.any(m, axis=0)), m)
+
+
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("shape, strip", [
     ((200, 8192), 4096),            # a 70B norm-scale gradient's width: two strips on partitions 0 and 1

@@ -8,6 +8,8 @@ from collections.abc import Callable
 from math import prod
 from typing import Any
 
+import numpy as np
+
 from trnsim.compiler.tilegen.recipe import (
     ACT,
     ALU,
@@ -63,11 +65,20 @@ def _identity(op: str, dtype: str) -> float:
 
 
 def _immediate(v: Value) -> Ref | None:
-    """A scalar constant (the planner leaves those out of a step's inputs: they are immediates)."""
+    """A scalar constant (the planner leaves those out of a step's inputs: they are immediates), or a splat
+    constant (one value repeated: a chlo decomposition's polynomial coefficients ``dense<c> : tensor<20x20xf32>``),
+    which an instruction's immediate broadcasts as well instead of a load."""
     producer = v.producer
-    if v.type.size == 1 and producer is not None and producer.op == "constant":
-        return ("imm", float(producer.attrs["value"].reshape(-1)[0]))
+    if producer is None or producer.op != "constant" or v.type.size > _SPLAT_CHECK:
+        return None
+    flat = producer.attrs["value"].reshape(-1)
+    first = flat[0]
+    if v.type.size == 1 or bool((flat == first).all()) or bool(np.isnan(first) and np.isnan(flat).all()):
+        return ("imm", float(first))
     return None
+
+
+_SPLAT_CHECK = 1 << 16    # elements of a constant compared with its first to find a splat (larger: a load)
 
 
 def _middle(node: Node) -> tuple[int, int, int] | None:
@@ -387,9 +398,9 @@ class _Builder:
         if same is not None and self.kind(same) != "imm":
             return same
         if "red" in tiles:
-            shapes = {self.red_shape[o] for o in operands if o[0] != "imm"}
-            if tiles != {"red"} or len(shapes) != 1 or node.op == "select":
-                return None
+            if tiles != {"red"} or node.op == "select" or \
+                    len({self.red_shape[o] for o in operands if o[0] != "imm"}) != 1:
+                return None              # (a leading-axis result meets only others of its shape, or immediates)
             result = "red"
         elif "mid" in tiles:
             if not tiles <= {"mid", "col", "sc"}:
@@ -534,6 +545,8 @@ class _Builder:
 
         x = node.inputs[0]
         op = simple_combiner(node.regions[0])
+        if x.type.dtype == "i1" and op is not None:
+            op = _LOGICAL.get(op, op)    # all / any of 0/1 masks: their min / max
         init = _immediate(node.inputs[1])
         if op not in REDUCE or init is None or node.out.type.dtype not in DSL_DTYPE:
             return None
@@ -778,6 +791,9 @@ class _Builder:
         if k == "mid" and v.type.size == self.rows * self.inner:
             return ref, dt, "mid", (self.rows, self.inner)
         return None
+
+
+_LOGICAL: dict[str, str] = {"and": "minimum", "or": "maximum", "multiply": "minimum"}
 
 
 def _combine(tiles: set[str]) -> str:
