@@ -173,7 +173,7 @@ def small_sbuf(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
     """Bands of a few hundred bytes: rows, then columns, then channels are cut (traces cached per budget)."""
     def clear() -> None:
         for kernel in (pool_module.pool_kernel, pool_module.pool_grad_kernel):
-            getattr(kernel, "_cache").clear()
+            kernel._cache.clear()  # pyright: ignore[reportPrivateUsage]
 
     clear()
     monkeypatch.setattr(pool_module, "BAND_BYTES", 600)

@@ -11,9 +11,10 @@ kernel's, timed by the instruction-level model (timing-only); every other form k
 (``costs``), as does one the kernel cannot trace (a window row too wide for SBUF: the ``pool_fallbacks``
 statistic).
 
-The kernels' work is tiles of 128 bands (an image's band of output rows, ``kernels.pool``); with 128 images
-or more a band's height no longer depends on the batch, so a batch of more than ``2 · SAMPLE_IMAGES`` is
-timed on ``SAMPLE_IMAGES`` and twice as many and extrapolated linearly (``kernel_timing.linear_fit``).
+The kernels' work is tiles of 128 bands (a block of an image's windows, ``kernels.pool``), every image the
+same bands when they all start from the whole batch's band height (the kernels' ``rows``): a batch of more
+than twice the images whose bands fill ``SAMPLE_BANDS`` partitions is timed on that many images and twice
+as many and extrapolated linearly (``kernel_timing.linear_fit``).
 """
 
 from __future__ import annotations
@@ -34,7 +35,8 @@ DSL_DTYPE = {"f32": "fp32", "bf16": "bf16", "f16": "fp16"}
 # which wrap in StableHLO) run as the kernel too; the init is then the type's limit, not ±inf (padding with it)
 EXACT_INTS = {"i8": "int8", "ui8": "uint8", "i16": "int16", "ui16": "uint16"}
 REDUCE_OP = {"add": "add", "maximum": "max", "minimum": "min"}     # reduce_window body → pool_kernel op
-SAMPLE_IMAGES = 128
+SAMPLE_BANDS = 256     # bands of the smaller sample: two tiles of 128
+PARTITIONS = 128
 
 
 @dataclass(frozen=True)
@@ -52,6 +54,7 @@ class Pool:
     op: str
     init: float | None
     select: str | None = None
+    rows: int = 0          # the band height to start from (the kernels' ``rows``; 0: the kernel's choice)
 
     def with_images(self, n: int) -> Pool:
         return replace(self, shape=(n, *self.shape[1:]))
@@ -122,12 +125,20 @@ def pool_for(node: Node) -> Pool | None:
 
 def pool_time(target: str, pool: Pool) -> TileTime:
     """The kernel's time (timing-only), sampled over the batch when it is large (module docstring)."""
+    from trnsim.kernels.pool import Scatter, Window, forward_plan, start_rows
+
     n = pool.shape[0]
-    if n <= 2 * SAMPLE_IMAGES:
+    win = Window(pool.shape, pool.size, pool.stride, pool.pad, pool.dilation)
+    rows = start_rows(win.out[0], n, PARTITIONS)
+    plan = (forward_plan(win, pool.dtype, pool.op, PARTITIONS, rows) if pool.select is None else
+            Scatter.of(win, pool.dtype, pool.dtype, pool.init or 0.0).plan(PARTITIONS, rows))
+    small = -(-SAMPLE_BANDS // plan.bands)      # (tiles of bands repeat per column block and channel chunk)
+    if n <= 2 * small:
         return _timed(target, pool)
-    a = _timed(target, pool.with_images(SAMPLE_IMAGES))
-    b = _timed(target, pool.with_images(2 * SAMPLE_IMAGES))
-    return extrapolate(a, b, linear_fit(SAMPLE_IMAGES, 2 * SAMPLE_IMAGES, n))
+    fixed = replace(pool, rows=rows)
+    a = _timed(target, fixed.with_images(small))
+    b = _timed(target, fixed.with_images(2 * small))
+    return extrapolate(a, b, linear_fit(small, 2 * small, n))
 
 
 @lru_cache(maxsize=256)
@@ -138,11 +149,11 @@ def _timed(target: str, pool: Pool) -> TileTime:
     spec: Any = trnsim.TensorSpec(pool.shape, pool.dtype)     # shapes, no data: timing only
     if pool.select is None:
         return time_kernel(pool_kernel, spec, target=target, size=pool.size, stride=pool.stride, pad=pool.pad,
-                           dilation=pool.dilation, op=pool.op, init=pool.init)
+                           dilation=pool.dilation, op=pool.op, init=pool.init, rows=pool.rows)
     oh, ow = Window(pool.shape, pool.size, pool.stride, pool.pad, pool.dilation).out
     source: Any = trnsim.TensorSpec((pool.shape[0], oh, ow, pool.shape[3]), pool.dtype)
     return time_kernel(pool_grad_kernel, spec, source, target=target, size=pool.size, stride=pool.stride,
-                       pad=pool.pad, select=pool.select, init=pool.init or 0.0)
+                       pad=pool.pad, select=pool.select, init=pool.init or 0.0, rows=pool.rows)
 
 
 def pool_cost(timed: TileTime, cost: StepCost) -> None:

@@ -132,31 +132,39 @@ def canonical(shape: Sequence[int], size: Sequence[int], stride: Sequence[int], 
 @dataclass(frozen=True)
 class Plan:
     """Bands of ``rows`` windows (output rows) by ``cols`` windows (output columns), ``bands`` of them down an
-    image and ``blocks`` across; channels in chunks of ``chunk``; ``depth`` tiles loaded ahead."""
+    image and ``blocks`` across; channels in chunks of ``chunk``; the bytes per partition a band tile loads
+    and its temporaries take."""
 
     rows: int
     bands: int
     cols: int
     blocks: int
     chunk: int
-    depth: int
+    loaded: int
+    temporary: int
+
+    @property
+    def depth(self) -> int:
+        """Band tiles loaded ahead, as SBUF allows."""
+        return prefetch_depth(self.loaded, self.temporary, PREFETCH)
 
 
 def _plan(win: Window, loaded: Callable[[int, int], int], temporary: Callable[[int, int], int], pmax: int,
-          bands: Callable[[int], int], blocks: Callable[[int], int], square: bool) -> Plan:
+          bands: Callable[[int], int], blocks: Callable[[int], int], square: bool, start: int) -> Plan:
     """Band shape and channel chunk: enough bands down an image that ``N`` images fill ``pmax`` partitions,
     two bands' ``loaded`` tiles and one's ``temporary`` ones (bytes per channel for ``R × Q`` windows) within
     ``BAND_BYTES``: fewer rows, then fewer columns (both keep a DMA's contiguous runs whole rows of channels;
     whole rows are fewer, longer DMAs) or, when ``square``, the longer side first (a squarer band recomputes
     fewer lead windows), channels cut only when one window does not fit (short DMA runs are slow, neuron.md §1.2);
-    ``bands(R)``, ``blocks(Q)``: how many bands of ``R`` rows and ``Q`` columns an image needs."""
+    ``bands(R)``, ``blocks(Q)``: how many bands of ``R`` rows and ``Q`` columns an image needs; ``start``:
+    the band height to start from instead (``start_rows``: a sample of the batch takes the whole's bands)."""
     n, _, _, c = win.shape
     oh, ow = win.out
 
     def per_channel(r: int, q: int) -> int:
         return 2 * loaded(r, q) + temporary(r, q)
 
-    rows, cols = -(-oh // max(1, pmax // n)), ow
+    rows, cols = start or start_rows(oh, n, pmax), ow
     while (rows > 1 or cols > 1) and per_channel(rows, cols) * c > BAND_BYTES:
         if rows > 1 and (not square or rows >= cols or cols == 1):
             rows = -(-rows // 2)
@@ -166,8 +174,13 @@ def _plan(win: Window, loaded: Callable[[int, int], int], temporary: Callable[[i
         fail(f"one window of a {win.shape} pool takes {per_channel(rows, cols)} bytes a channel",
              f"pool windows that fit {BAND_BYTES} bytes of SBUF per partition")
     chunk = min(c, BAND_BYTES // per_channel(rows, cols))
-    depth = prefetch_depth(loaded(rows, cols) * chunk, temporary(rows, cols) * chunk, PREFETCH)
-    return Plan(rows, bands(rows), cols, blocks(cols), chunk, depth)
+    return Plan(rows, bands(rows), cols, blocks(cols), chunk, loaded(rows, cols) * chunk,
+                temporary(rows, cols) * chunk)
+
+
+def start_rows(oh: int, n: int, pmax: int) -> int:
+    """The band height bands start from (``_plan``): enough bands that ``n`` images fill ``pmax`` partitions."""
+    return -(-oh // max(1, pmax // n))
 
 
 def _span(start: int, width: int, limit: int) -> tuple[int, int, int]:
@@ -191,8 +204,22 @@ def _move(tile: Tensor, hbm: Tensor, moves: list[Move], rows: int, step: int, ti
           store: bool) -> None:
     """Move ``rows`` rows per band between ``tile[part, tile_row + i, cols, :]`` and ``hbm[n, row + i]`` (a
     ``[N, height, width, cc]`` view): bands of one image ``step`` rows apart move together, in one reshape
-    DMA of ``step`` rows each plus one DMA per further row; bands at the image's edge move their rows in it."""
+    DMA of ``step`` rows each plus one DMA per further row; bands at the image's edge move their rows in it;
+    bands that are whole images, consecutive images together."""
     height = hbm.shape[1]
+    if rows == height and all(mv.row == 0 for mv in moves):
+        groups: list[list[Move]] = []
+        for mv in moves:
+            if groups and (groups[-1][-1].n + 1, groups[-1][-1].part + 1) == (mv.n, mv.part):
+                groups[-1].append(mv)
+            else:
+                groups.append([mv])
+        for group in groups:
+            nbytes = len(group) * hbm.size // hbm.shape[0] * _itemsize(hbm.dtype)
+            for g0, gn in blocks(len(group), -(-len(group) // max(1, min(MAX_PIECES, nbytes // PIECE_BYTES)))):
+                n0, part = group[g0].n, group[g0].part
+                _dma(tile[part : part + gn, tile_row : tile_row + rows, cols, :], hbm[n0 : n0 + gn], store)
+        return
     runs: list[list[Move]] = []
     for mv in moves:
         if mv.row >= 0 and mv.row + rows <= height:
@@ -280,13 +307,33 @@ def _store(hbm: Tensor, tile: Tensor, moves: list[Move], rows: int, tile_row: in
               slice(tile_col + offset, tile_col + offset + end - first), store=True)
 
 
+def _forward_span(win: Window, r: int, q: int) -> Pair:
+    """Input rows and columns a band of ``r × q`` windows loads (rows whole strides: one reshape DMA)."""
+    (sh, sw), (eh, ew) = win.stride, win.extent
+    return max((r - 1) * sh + eh, r * sh), (q - 1) * sw + ew
+
+
+def forward_plan(win: Window, dtype: str, op: str, pmax: int, start: int = 0) -> Plan:
+    """``pool_kernel``'s bands (``_plan``) for ``x`` of ``dtype``."""
+    oh, ow = win.out
+    acc = _itemsize("fp32" if op == "add" else dtype)
+
+    def loaded(r: int, q: int) -> int:
+        rows, cols = _forward_span(win, r, q)
+        return rows * cols * _itemsize(dtype)
+
+    return _plan(win, loaded, lambda r, q: r * q * acc, pmax, lambda r: -(-oh // r), lambda q: -(-ow // q),
+                 square=False, start=start)
+
+
 @dsl.kernel
 def pool_kernel(x: Tensor, *, size: Pair, stride: Pair = (1, 1), pad: tuple[Pair, Pair] = ((0, 0), (0, 0)),
                 dilation: Pair = (1, 1), op: str = "max", init: float | None = None, scale: float = 1.0,
-                out_dtype: str | None = None) -> Tensor:
+                out_dtype: str | None = None, rows: int = 0) -> Tensor:
     """``out[n, oy, ox, c] = scale · op(init, x̂[n, oy·sh + ky·dh, ox·sw + kx·dw, c] for (ky, kx) in the
     window)`` for ``x [N, H, W, C]``, ``x̂`` padded with ``init`` (default: ``op``'s identity), ``op`` in
-    ``max``, ``min``, ``add`` (combined in window order; sums in fp32), rounded once to ``out_dtype``."""
+    ``max``, ``min``, ``add`` (combined in window order; sums in fp32), rounded once to ``out_dtype``.
+    ``rows``: the band height to start from (``_plan``; 0: ``start_rows``)."""
     if op not in IDENTITY:
         fail(f"pooling op {op!r}", f"use one of {', '.join(IDENTITY)}")
     win = Window(x.shape, size, stride, pad, dilation)  # type: ignore[arg-type]
@@ -295,20 +342,11 @@ def pool_kernel(x: Tensor, *, size: Pair, stride: Pair = (1, 1), pad: tuple[Pair
     fill = IDENTITY[op] if init is None else float(init)
     oh, ow = win.out
     (pt, _), (pl, _) = pad
-    (sh, sw), (eh, ew) = stride, win.extent
+    sh, sw = stride
     acc_dtype = "fp32" if op == "add" else x.dtype
     out = dsl.hbm_tensor((n, oh, ow, c), out_dtype or x.dtype, name="out")
     ts = dsl.tile_size()
-
-    def rows_in(r: int) -> int:   # input rows a band of r windows loads (whole strides: one reshape DMA)
-        return max((r - 1) * sh + eh, r * sh)
-
-    def cols_in(q: int) -> int:
-        return (q - 1) * sw + ew
-
-    plan = _plan(win, lambda r, q: rows_in(r) * cols_in(q) * _itemsize(x.dtype),
-                 lambda r, q: r * q * _itemsize(acc_dtype), ts.pmax, lambda r: -(-oh // r), lambda q: -(-ow // q),
-                 square=False)
+    plan = forward_plan(win, x.dtype, op, ts.pmax, rows)
     rows, cols = plan.rows, plan.cols
     bands = [(i, b) for i in range(n) for b in range(plan.bands)]
     work = [(q, p0, pn, c0, cc) for q in range(plan.blocks) for p0, pn in blocks(len(bands), ts.pmax)
@@ -316,8 +354,8 @@ def pool_kernel(x: Tensor, *, size: Pair, stride: Pair = (1, 1), pad: tuple[Pair
 
     def load(q: int, p0: int, pn: int, c0: int, cc: int) -> Tensor:
         moves = [Move(i, b * rows * sh - pt, k) for k, (i, b) in enumerate(bands[p0 : p0 + pn])]
-        return _load(x[:, :, :, c0 : c0 + cc], (pn, rows_in(rows), cols_in(cols), cc), x.dtype, moves, rows * sh,
-                     q * cols * sw - pl, fill)
+        return _load(x[:, :, :, c0 : c0 + cc], (pn, *_forward_span(win, rows, cols), cc), x.dtype, moves,
+                     rows * sh, q * cols * sw - pl, fill)
 
     for (q, p0, pn, c0, cc), tile in zip(work, prefetch([partial(load, *w) for w in work], plan.depth), strict=True):
         views = [_tap(tile, win, ky, kx, rows, cols, pn) for ky, kx in win.taps]
@@ -336,14 +374,67 @@ def pool_kernel(x: Tensor, *, size: Pair, stride: Pair = (1, 1), pad: tuple[Pair
     return out
 
 
+@dataclass(frozen=True)
+class Scatter:
+    """How ``pool_grad_kernel`` lays out a window (module docstring): ``lead_r``/``lead_c`` windows before a
+    band's own reach into its rows/columns; ``disjoint``: windows do not overlap (and init is 0); ``dtype``
+    the gradient tile's; ``in_place``: windows tile the input exactly, the gradient replaces x in its tile."""
+
+    win: Window
+    x_dtype: str
+    source_dtype: str
+    lead_r: int
+    lead_c: int
+    disjoint: bool
+    dtype: str
+    in_place: bool
+
+    @classmethod
+    def of(cls, win: Window, x_dtype: str, source_dtype: str, init: float) -> Scatter:
+        (sh, sw), (eh, ew) = win.stride, win.extent
+        disjoint = eh <= sh and ew <= sw and init == 0.0
+        # NOTE: a window's share (its source value or 0) stays in the source's dtype (a 2-byte type streams
+        # at twice fp32's rate, neuron.md §1.4), and so does the gradient where windows do not overlap (an
+        # element gets one share or none); sums of several shares are fp32, rounded once at the store
+        dtype = source_dtype if disjoint else "fp32"
+        in_place = disjoint and (eh, ew) == (sh, sw) and dtype == x_dtype
+        return cls(win, x_dtype, source_dtype, win.lead, max(0, -(-ew // sw) - 1), disjoint, dtype, in_place)
+
+    def span(self, r: int, q: int) -> Pair:
+        """Padded rows and columns a band of ``r × q`` own windows (and the lead ones) spans."""
+        (sh, sw), (eh, ew) = self.win.stride, self.win.extent
+        return (max((r + self.lead_r - 1) * sh + eh, (r + self.lead_r) * sh),
+                max((q + self.lead_c - 1) * sw + ew, (q + self.lead_c) * sw))
+
+    def plan(self, pmax: int, start: int = 0) -> Plan:
+        """The kernel's bands (``_plan``): they own all the padded rows and columns, those past the last
+        window's included."""
+        isz, ssz, gsz = _itemsize(self.x_dtype), _itemsize(self.source_dtype), _itemsize(self.dtype)
+        (oh, ow), (hp, wp), (sh, sw) = self.win.out, self.win.padded, self.win.stride
+
+        def loaded(r: int, q: int) -> int:      # bytes a channel: the input and the source
+            rows, cols = self.span(r, q)
+            return rows * cols * isz + (r + self.lead_r) * (q + self.lead_c) * ssz
+
+        def temporary(r: int, q: int) -> int:   # zeros, maxima, hits, a share; two gradient tiles
+            rows, cols = self.span(r, q)
+            grads = 0 if self.in_place else 2 * rows * cols * gsz
+            return (r + self.lead_r) * (q + self.lead_c) * 2 * (ssz + isz) + grads
+
+        return _plan(self.win, loaded, temporary, pmax, lambda r: max(-(-oh // r), -(-hp // (r * sh))),
+                     lambda q: max(-(-ow // q), -(-wp // (q * sw))), square=self.lead_r + self.lead_c > 0,
+                     start=start)
+
+
 @dsl.kernel
 def pool_grad_kernel(x: Tensor, source: Tensor, *, size: Pair, stride: Pair = (1, 1),
                      pad: tuple[Pair, Pair] = ((0, 0), (0, 0)), select: str = "GE", init: float = 0.0,
-                     out_dtype: str | None = None) -> Tensor:
+                     out_dtype: str | None = None, rows: int = 0) -> Tensor:
     """StableHLO ``select_and_scatter(x, source, init)`` with select ``compare select`` and scatter ``add``
     over the canonical ``x [N, H, W, C]``, ``source [N, OH, OW, C]``: each window's element that ``select``
     picks (module docstring) receives the window's ``source`` value, summed in fp32 over the windows that
-    pick it, plus ``init``; the result is ``x``'s shape, rounded once to ``out_dtype`` (default ``x``'s)."""
+    pick it, plus ``init``; the result is ``x``'s shape, rounded once to ``out_dtype`` (default ``x``'s).
+    ``rows``: the band height to start from (``_plan``; 0: ``start_rows``)."""
     if select not in SELECT:
         fail(f"select_and_scatter compare {select!r}", f"use one of {', '.join(SELECT)}")
     win = Window(x.shape, size, stride, pad, (1, 1))  # type: ignore[arg-type]
@@ -352,41 +443,18 @@ def pool_grad_kernel(x: Tensor, source: Tensor, *, size: Pair, stride: Pair = (1
     oh, ow = win.out
     if source.shape != (n, oh, ow, c):
         fail(f"a source of {source.shape} for windows over {x.shape}", f"give a source of {(n, oh, ow, c)}")
+    lay = Scatter.of(win, x.dtype, source.dtype, init)
     reduce_op, backwards = SELECT[select]
     (pt, _), (pl, _) = pad
-    hp, wp = win.padded
-    (sh, sw), (eh, ew) = stride, win.extent
-    lead_r, lead_c = win.lead, max(0, -(-ew // sw) - 1)     # windows before a band's own that reach into it
+    sh, sw = stride
+    lead_r, lead_c, disjoint, in_place, grad_dtype = lay.lead_r, lay.lead_c, lay.disjoint, lay.in_place, lay.dtype
+    taps = win.taps[::-1] if backwards else win.taps
     out = dsl.hbm_tensor((n, h, w, c), out_dtype or x.dtype, name="out")
     ts = dsl.tile_size()
-
-    def rows_in(r: int) -> int:   # padded rows a band of r own windows (and the lead ones) spans
-        return max((r + lead_r - 1) * sh + eh, (r + lead_r) * sh)
-
-    def cols_in(q: int) -> int:
-        return max((q + lead_c - 1) * sw + ew, (q + lead_c) * sw)
-
-    taps = win.taps[::-1] if backwards else win.taps
-    disjoint = eh <= sh and ew <= sw and init == 0.0
-    # NOTE: a window's share (its source value or 0) stays in the source's dtype (a 2-byte type streams at
-    # twice fp32's rate, neuron.md §1.4), and so does the gradient where windows do not overlap (an element
-    # gets one share or none); sums of several shares are fp32, rounded once at the store
-    grad_dtype = source.dtype if disjoint else "fp32"
-    # windows that tile the input exactly write every element once: the gradient replaces x in its tile
-    in_place = disjoint and (eh, ew) == (sh, sw) and grad_dtype == x.dtype
-    isz, ssz, gsz = _itemsize(x.dtype), _itemsize(source.dtype), _itemsize(grad_dtype)
-    def loaded(r: int, q: int) -> int:      # bytes a channel: the input and the source
-        return rows_in(r) * cols_in(q) * isz + (r + lead_r) * (q + lead_c) * ssz
-
-    def temporary(r: int, q: int) -> int:   # zeros, maxima, hits, a selection; two gradient tiles
-        return (r + lead_r) * (q + lead_c) * 2 * (ssz + isz) + (0 if in_place else 2 * rows_in(r) * cols_in(q) * gsz)
-
-    # bands own all the padded rows and columns, those past the last window's included
-    plan = _plan(win, loaded, temporary, ts.pmax, lambda r: max(-(-oh // r), -(-hp // (r * sh))),
-                 lambda q: max(-(-ow // q), -(-wp // (q * sw))), square=lead_r + lead_c > 0)
+    plan = lay.plan(ts.pmax, rows)
     rows, cols = plan.rows, plan.cols
     wr, wc = rows + lead_r, cols + lead_c       # windows a band computes
-    shape = (rows_in(rows), cols_in(cols))
+    shape = lay.span(rows, cols)
     bands = [(i, b) for i in range(n) for b in range(plan.bands)]
     work = [(q, p0, pn, c0, cc) for q in range(plan.blocks) for p0, pn in blocks(len(bands), ts.pmax)
             for c0, cc in blocks(c, plan.chunk)]
@@ -402,6 +470,15 @@ def pool_grad_kernel(x: Tensor, source: Tensor, *, size: Pair, stride: Pair = (1
                    IDENTITY[reduce_op])
         return xt, src
 
+    # taps that write their shares (the rest add theirs): all of them where windows are disjoint, else the
+    # first tap of each stride phase, whose windows then cover the band's first wr·sh rows and wc·sw columns
+    # once (walking forwards, with every phase in the window); what no tap writes is filled with init
+    phases = not disjoint and not backwards and init == 0.0 and win.size[0] >= sh and win.size[1] >= sw
+    writes = set(taps) if disjoint else {(ky, kx) for ky in range(sh) for kx in range(sw)} if phases else set()
+    t_rows, t_cols = shape
+    strips = ([] if in_place else [(0, t_rows, 0, t_cols)] if not writes else
+              [(r0, r1, k0, k1) for r0, r1, k0, k1 in ((wr * sh, t_rows, 0, t_cols), (0, wr * sh, wc * sw, t_cols))
+               if r0 < r1 and k0 < k1] if phases else [(0, t_rows, 0, t_cols)])
     parts = min(ts.pmax, len(bands))
     zero = dsl.sbuf((parts, wr, wc, plan.chunk), source.dtype)
     dsl.memset(zero, 0.0, engine="gpsimd")
@@ -418,15 +495,20 @@ def pool_grad_kernel(x: Tensor, source: Tensor, *, size: Pair, stride: Pair = (1
             grad = xt
         else:
             grad = grads[j % 2][:pn, :, :, :cc]
-            dsl.memset(grad, init, engine="gpsimd")
+            for r0, r1, k0, k1 in strips:
+                dsl.memset(grad[:, r0:r1, k0:k1, :], init, engine="gpsimd")
         z = zero[:pn, :, :, :cc]
         for k, ((ky, kx), v) in enumerate(zip(taps, views, strict=True)):
             hit = dsl.tensor_tensor(v, best, "eq")
             target = _tap(grad, win, ky, kx, wr, wc, pn)
             if disjoint:
                 dsl.where(hit, rem, z, out=target)
+            elif (ky, kx) in writes:     # (ScalarE widens the share to fp32: VectorE is the busiest engine)
+                dsl.copy(dsl.where(hit, rem, z), out=target, engine="scalar")
             else:
-                dsl.add(target, dsl.where(hit, rem, z), out=target)
+                # NOTE: the fp32 sums on GpSimd (half VectorE's fp32 rate, neuron.md §1.4) while VectorE
+                # selects the next tap's share: the two engines then take about equal time a tap
+                dsl.add(target, dsl.where(hit, rem, z), out=target, engine="gpsimd")
             if k + 1 < len(taps):
                 dsl.where(hit, z, rem, out=rem)
         moves = [Move(i, b * rows * sh - pt, k) for k, (i, b) in enumerate(bands[p0 : p0 + pn])]
