@@ -112,6 +112,19 @@ def test_two_byte_pools_round_once(dtype: str) -> None:
     np.testing.assert_array_equal(reduce_window(x, *args, op="add", dtype=dtype), total)  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("dtype,op", [(np.int16, "max"), (np.uint16, "min"), (np.int8, "max"), (np.uint8, "min")])
+def test_small_integers_pool_exactly(dtype: type, op: str) -> None:
+    """VectorE computes in fp32: exact for 8- and 16-bit integers; the init is the type's limit (padding)."""
+    info = np.iinfo(dtype)
+    x = np.random.default_rng(7).integers(info.min, info.max, (3, 11, 10, 6), endpoint=True).astype(dtype)
+    init = info.min if op == "max" else info.max
+    got = trnsim.run_kernel(pool_module.pool_kernel, x, size=(3, 3), stride=(2, 2), pad=((1, 1), (0, 1)), op=op,
+                            init=float(init)).outputs[0]
+    fn = jax.lax.max if op == "max" else jax.lax.min
+    want = jax.lax.reduce_window(x, dtype(init), fn, (1, 3, 3, 1), (1, 2, 2, 1), [(0, 0), (1, 1), (0, 1), (0, 0)])
+    np.testing.assert_array_equal(got, np.asarray(want).astype(np.int64))
+
+
 def test_avg_divides_by_the_window() -> None:
     x = np.random.default_rng(2).standard_normal((2, 8, 8, 5)).astype(np.float32)
     args = ([1, 2, 2, 1], [1, 2, 2, 1], [(0, 0)] * 4, [1] * 4)

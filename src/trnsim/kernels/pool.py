@@ -6,31 +6,36 @@ Both kernels work on a canonical view ``x [N, H, W, C]``: ``H`` and ``W`` are th
 for a 1-D window), ``N`` all axes before them and ``C`` all axes after them, merged (``canonical``: a reshape
 of a row-major tensor, free). The layout suits channels-last tensors (NHWC, as ``flax``'s pools take them):
 
-* partitions are *bands*: ``(image n, R consecutive output rows)``, 128 bands a tile, ``R`` chosen so that
-  the batch fills the partitions (``_plan``); a band's input rows, halo included, are one contiguous run of
-  HBM per band, so a DMA moves all the bands of an image in one ``[bands, rows, W, C]`` reshape (plus one
-  DMA per halo row where windows overlap, and one per band at the image's edges, where padding is);
-* the free dimension is ``[rows, W, C]`` (``C`` cut into chunks when a band would not fit SBUF): a window
-  tap ``(ky, kx)`` is the strided view ``tile[:, ky·dh :: sh, kx·dw :: sw, :]`` of ``[R, OW, C]`` elements,
-  contiguous in ``C`` (no stride penalty once a channel run is ≥ 16 bytes, ``reference/neuron.md`` §1.2).
+* partitions are *bands*: ``(image n, R output rows × Q output columns)``, 128 bands a tile (one column
+  block ``q`` and channel chunk a tile), ``R`` chosen so that the batch fills the partitions, then ``R`` and
+  ``Q`` halved until a band fits its share of SBUF (``_plan``, ``BAND_BYTES``); a band's input rows, halo
+  included, are one run of HBM rows, so a DMA moves all the bands of an image in one
+  ``[bands, rows, cols, C]`` reshape (plus one DMA per halo row where windows overlap, one per band at the
+  image's edges, where padding is, and one for a run of whole images); only what no DMA writes is filled;
+* the free dimension is ``[rows, cols, C]`` (``C`` cut into chunks only when one window would not fit): a
+  window tap ``(ky, kx)`` is the strided view ``tile[:, ky·dh :: sh, kx·dw :: sw, :]`` of ``[R, Q, C]``
+  elements, contiguous in ``C`` (no stride penalty once a channel run is ≥ 16 bytes, ``reference/neuron.md``
+  §1.2).
 
 The forward pass is one VectorE ``tensor_tensor`` per tap (``taps - 1`` of them): ``acc = op(acc, tap)``,
 max/min in the input's dtype (exact), sums in fp32 in window order — the reference's order and precision, so
 the result rounds once, at the store, exactly as ``trnsim.ir.semantics.reduce`` computes it.
 
-The gradient of band ``b`` owns input rows ``[b·R·sh, (b+1)·R·sh)`` of the padded input and computes every
-window that touches them (``lead`` windows before the band's own where windows overlap), so no two bands
-write the same row::
+The gradient's band ``b`` owns rows ``[b·R·sh, (b+1)·R·sh)`` and columns ``[q·Q·sw, (q+1)·Q·sw)`` of the
+padded input and computes every window that touches them (``lead`` windows before the band's own where
+windows overlap: recomputed, fewer the squarer the band), so no two bands write the same element::
 
     m = max over taps of x[tap]                           the window's maximum
-    rem = source                                          the gradient not yet given to a tap
+    rem = source                                          the share not yet given to a tap
     for tap in window order:                              (ties: the first tap that equals the maximum)
         hit = x[tap] == m
-        grad[tap] += where(hit, rem, 0)                   (written directly when windows do not overlap)
-        rem = where(hit, 0, rem)
+        grad[tap] += where(hit, rem, 0)                   (written, not added, where windows do not
+        rem = where(hit, 0, rem)                           overlap and by the first tap of each stride phase)
 
 which is StableHLO's ``select_and_scatter`` with ``compare GE`` (the first element no later one beats) and
-``add``; ``GT`` (the last such element) walks the taps in reverse, ``LE``/``LT`` use the minimum.
+``add``; ``GT`` (the last such element) walks the taps in reverse, ``LE``/``LT`` use the minimum. Where
+windows overlap, the sums are fp32 on GpSimd while VectorE selects (``Scatter``); where they tile the input
+exactly, the gradient overwrites the input in its tile.
 
 NOTE: padding is filled with -inf (+inf for LE/LT) and may be selected where every element of a window is
 -inf, which the reference never selects; a window holding NaN matches no tap and gives no gradient (the
@@ -60,7 +65,9 @@ SELECT: dict[str, tuple[str, bool]] = {  # select comparison → (the reduction 
 # SBUF bytes per partition for two bands' loaded tiles and one's temporaries: 3/8 of trn3's 256 KiB
 # (32 MiB over 128 partitions, the trn3 preset's core.sbuf), the rest for loads ahead (``prefetch_depth``)
 BAND_BYTES = 128 * 1024
-PIECE_BYTES = 64 * 1024  # a DMA of a large run of bands goes in pieces of at least this on successive queues
+# a DMA of a large run of bands goes in pieces of at least PIECE_BYTES on successive queues: a queue moves one
+# transfer at a time, 33 GB/s after ~2 us on trn3 (reference/neuron.md §1.2; as kernels.conv's pieces)
+PIECE_BYTES = 64 * 1024
 MAX_PIECES = 8
 PREFETCH = 2  # at most this many tiles of bands loaded ahead of the one being computed
 
