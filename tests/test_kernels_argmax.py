@@ -107,10 +107,10 @@ def test_rejects_empty_arrays_and_dtypes_without_exact_keys() -> None:
         argmax(np.zeros((2, 5), np.float32), dtype="fp8_e4m3")
 
 
-@pytest.mark.parametrize("shape", [(300, 20, 5), (3, 40, 300)])
+@pytest.mark.parametrize("shape", [(300, 20, 5), (20, 30, 7), (3, 40, 300)])
 def test_rows_along_a_middle_axis_pack_several_outer_indices_a_tile(shape: tuple[int, int, int]) -> None:
-    """``x[o, :, i]`` rows: the i of as many o as fit in 128 partitions (one transposed load an o), or
-    blocks of 128 i at one o."""
+    """``x[o, :, i]`` rows: strided views of each o's slab (o on the partitions), the i of as many o as fit
+    in 128 partitions (one transposed load an o), or blocks of 128 i at one o."""
     x = np.random.default_rng(0).integers(-2, 3, shape).astype(np.float32)
     x[::7, 3, ::3] = np.nan
     for smallest in (False, True):

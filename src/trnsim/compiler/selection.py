@@ -131,8 +131,10 @@ class ArgMax:
 
     @property
     def tiles_per_outer(self) -> float:
-        """Row tiles of the kernel per index of ``outer`` (inner = 1: 128 rows of consecutive ``o`` a tile)."""
-        return 1 / PARTITIONS if self.inner == 1 else -(-self.inner // PARTITIONS)
+        """Row tiles of the kernel per index of ``outer`` (``kernels.selection.tiles_per_outer``)."""
+        from trnsim.kernels.selection import tiles_per_outer
+
+        return tiles_per_outer(self.cols, self.inner, self.dtype, PARTITIONS)
 
 
 Tree = tuple[Any, ...]
@@ -216,7 +218,7 @@ def argmax_time(target: str, arg: ArgMax) -> TileTime:
     per = arg.tiles_per_outer
     if arg.outer * per <= 2 * SAMPLE_TILES:
         return _arg_timed(target, arg)
-    small = max(1, round(SAMPLE_TILES / per))
+    small = max(1, round(SAMPLE_TILES / per))    # whole tiles: per is 1/p or an integer
     large = 2 * small
     a = _arg_timed(target, ArgMax(small, arg.cols, arg.inner, arg.dtype, arg.smallest))
     b = _arg_timed(target, ArgMax(large, arg.cols, arg.inner, arg.dtype, arg.smallest))

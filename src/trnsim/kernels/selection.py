@@ -93,7 +93,10 @@ CANONICAL_NAN = float("nan")  # fp32 0x7FC00000: every NaN of a key becomes this
 # (prefetch), so a store ahead of a load on its queue rarely holds it
 LOAD_SPLIT = 16
 LOAD_PIECE = 32 * 1024   # bytes a load DMA moves at least when split (each DMA also pays the queue's latency)
-MAX_STRIDED = 16     # rows to an o read through strided views of one slab (_argmax_strided) at most
+# values of an o's [N, I] slab read through strided views at most (_argmax_strided): two VectorE passes of N a
+# row there, against a transposed load per o (a DMA's fixed latency) and five passes of 128 rows a tile in
+# the packed layout; measured on trn3 ([200, 1000, 12] packs faster, [3000, 60, 40] strides 2x faster)
+STRIDED_SLAB = 8192
 MIN_SEGMENT = 2048   # values of a row per partition at least, when few long rows are spread over partitions
 PIPELINE = 4         # chunks a kernel of fewer row tiles splits its rows into, at most MIN_PIECE values each...
 MIN_PIECE = 512      # ...so that loads, the three engines' passes and the merges overlap
@@ -141,7 +144,8 @@ def argmax_kernel(x: Tensor, *, smallest: bool = False, chunk: int = MAX_ROW, se
     chunk holding the row's best (a one-hot sum then reads its position). Few long rows (``I = 1``) are
     spread over the partitions in pieces of at least ``segment`` values (``_Rows``), each partition's best
     then merged with the position as a last key (pieces are not in partition order across chunks). A few
-    rows to an ``o`` (``I ≤ MAX_STRIDED``) go through strided views of ``o``'s slab (``_argmax_strided``).
+    rows to an ``o`` (an ``[N, I]`` slab of ≤ ``STRIDED_SLAB`` values) go through strided views of it
+    (``_argmax_strided``).
 
         for each row tile (rows × segs ≤ 128 partitions; I > 1: a block of i at one o, loaded through a
                            transposed view):
@@ -159,7 +163,7 @@ def argmax_kernel(x: Tensor, *, smallest: bool = False, chunk: int = MAX_ROW, se
     indices = dsl.hbm_tensor((outer, inner, 1), "int32", name="indices")
     pmax = dsl.tile_size().pmax
     levels = 2 if x.dtype in SPLIT_KEYS else 1
-    if 1 < inner <= MAX_STRIDED and cols >= SELECT_WIDTH and cols * inner <= (chunk if levels == 1 else MAX_ROW // 4):
+    if strided(outer, cols, inner, x.dtype, chunk):
         _argmax_strided(x, indices, smallest)
         return indices
     segs = max(1, min(pmax // outer, cols // segment)) if inner == 1 else 1
@@ -262,8 +266,24 @@ def argmax_kernel(x: Tensor, *, smallest: bool = False, chunk: int = MAX_ROW, se
     return indices
 
 
+def strided(outer: int, cols: int, inner: int, dtype: str, chunk: int = MAX_ROW) -> bool:
+    """Whether ``argmax_kernel`` reads rows of ``x [O, cols, inner]`` through strided views
+    (``_argmax_strided``): a few rows to an ``o`` whose slab fits a chunk, ``o`` filling the partitions (a
+    tile's passes cost the same with fewer)."""
+    return outer >= 128 and 1 < inner < 128 and cols >= SELECT_WIDTH and \
+        cols * inner <= min(STRIDED_SLAB, chunk if dtype not in SPLIT_KEYS else MAX_ROW // 4)
+
+
+def tiles_per_outer(cols: int, inner: int, dtype: str, pmax: int = 128) -> float:
+    """Row tiles ``argmax_kernel`` spends per index of ``O`` when ``O`` is large (≥ 128, no rows spread over
+    partitions): the kernel's time grows linearly with it."""
+    if inner == 1 or strided(pmax, cols, inner, dtype):
+        return 1 / pmax
+    return 1 / (pmax // inner) if inner < pmax else float(-(-inner // pmax))
+
+
 def _argmax_strided(x: Tensor, indices: Tensor, smallest: bool) -> None:
-    """``argmax_kernel`` for a few rows to an ``o`` (``I ≤ MAX_STRIDED``): ``o`` on the partitions, its whole
+    """``argmax_kernel`` for a few rows to an ``o`` (``strided``): ``o`` on the partitions, its whole
     ``[N, I]`` slab along the free axis, loaded as it lies (one DMA a block of partitions), keys made once,
     and each row ``i`` selected through the strided view ``key[:, i::I]`` (two VectorE passes per ``i``,
     at the engines' penalty for strides over 16 bytes, instead of a transposed load per ``o``)."""
