@@ -104,6 +104,17 @@ def test_other_window_reductions_keep_the_analytic_cost(fn: object, shape: tuple
     assert step.kernel == "vector_reduce"
 
 
+def test_a_whole_axis_window_is_a_scan_not_a_pool() -> None:
+    """``jnp.cumsum`` lowers to a reduce_window of 4096 taps: too many tap instructions, the analytic cost."""
+    program = trnsim.compile(jax.jit(jnp.cumsum).lower(jax.ShapeDtypeStruct((4, 4096), jnp.float32)), cache=False)
+    (step,) = _pool_steps(program)
+    assert step.kernel == "vector_reduce"
+    short = trnsim.compile(jax.jit(lambda x: jnp.cumsum(x, axis=1)).lower(jax.ShapeDtypeStruct((8, 100, 16),
+                                                                                               jnp.float32)),
+                           cache=False)
+    assert [s.kernel for s in _pool_steps(short)] == ["pool"]
+
+
 def test_integer_max_pool_is_a_kernel() -> None:
     x = np.random.default_rng(2).integers(-1000, 1000, (2, 9, 9, 4)).astype(np.int16)
     f = lambda x: jax.lax.reduce_window(x, np.int16(-32768), jax.lax.max, (1, 3, 3, 1), (1, 2, 2, 1), "SAME")  # noqa: E731

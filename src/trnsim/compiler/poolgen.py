@@ -8,8 +8,8 @@ arrays), runs as ``pool_kernel``; a ``select_and_scatter`` of fp32/bf16/fp16 wit
 is one ``compare`` ``GE``/``GT``/``LE``/``LT`` (FLOAT) of its arguments in order and whose scatter is one
 ``add`` (what ``jax.grad`` of a max pool emits) runs as ``pool_grad_kernel``. The step's time is the
 kernel's, timed by the instruction-level model (timing-only); every other form keeps the analytic cost
-(``costs``), as does one the kernel cannot trace (a window row too wide for SBUF: the ``pool_fallbacks``
-statistic).
+(``costs``), as does one the kernel cannot trace (a window row too wide for SBUF, or more than
+``MAX_TAP_OPS`` tap instructions, as ``jnp.cumsum``'s whole-axis window: the ``pool_fallbacks`` statistic).
 
 The kernels' work is tiles of 128 bands (a block of an image's windows, ``kernels.pool``), every image the
 same bands when they all start from the whole batch's band height (the kernels' ``rows``): a batch of more
@@ -19,6 +19,7 @@ as many and extrapolated linearly (``kernel_timing.linear_fit``).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any
@@ -27,6 +28,7 @@ import numpy as np
 
 from trnsim.compiler.costs import StepCost
 from trnsim.compiler.kernel_timing import TileTime, extrapolate, linear_fit, time_kernel
+from trnsim.dsl.errors import KernelError
 from trnsim.ir.graph import Graph, Node, Value
 from trnsim.ir.semantics.reduce import simple_combiner
 
@@ -36,6 +38,9 @@ DSL_DTYPE = {"f32": "fp32", "bf16": "bf16", "f16": "fp16"}
 EXACT_INTS = {"i8": "int8", "ui8": "uint8", "i16": "int16", "ui16": "uint16"}
 REDUCE_OP = {"add": "add", "maximum": "max", "minimum": "min"}     # reduce_window body → pool_kernel op
 SAMPLE_BANDS = 256     # bands of the smaller sample: two tiles of 128
+# NOTE: a window of thousands of taps (jnp.cumsum's reduce_window on the CPU lowering: the whole axis, padded
+# by its length) is a scan, not a pool: one instruction a tap is quadratic work and a trace of millions
+MAX_TAP_OPS = 40_000
 PARTITIONS = 128
 
 
@@ -133,6 +138,11 @@ def pool_time(target: str, pool: Pool) -> TileTime:
     plan = (forward_plan(win, pool.dtype, pool.op, PARTITIONS, rows) if pool.select is None else
             Scatter.of(win, pool.dtype, pool.dtype, pool.init or 0.0).plan(PARTITIONS, rows))
     small = -(-SAMPLE_BANDS // plan.bands)      # (tiles of bands repeat per column block and channel chunk)
+    images = n if n <= 2 * small else 3 * small
+    ops = math.prod(pool.size) * plan.blocks * -(-images * plan.bands // PARTITIONS) * -(-pool.shape[3] // plan.chunk)
+    if ops > MAX_TAP_OPS:
+        raise KernelError(f"a {pool.size} window over {pool.shape}: about {ops} tap instructions to trace",
+                          where="compiler.poolgen", hint=f"the step keeps the analytic cost above {MAX_TAP_OPS}")
     if n <= 2 * small:
         return _timed(target, pool)
     fixed = replace(pool, rows=rows)
