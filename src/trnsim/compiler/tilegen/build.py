@@ -376,16 +376,12 @@ class _Builder:
             src = node.inputs[0].type.dtype
             if kinds[0] == "imm" or src == out_t.dtype:
                 return operands[0]
-            if (out_t.dtype == "i1" or src in FLOATS or src not in INT_RANGE or out_t.dtype not in INT_RANGE or
-                    _contains(out_t.dtype, src)) and (src not in FLOATS or out_t.dtype in FLOATS):
-                step: Step = ("alu", "ne", (operands[0], ("imm", 0.0)), dt) if out_t.dtype == "i1" else \
-                    ("copy", "copy", operands, dt)      # a float, or an integer into a wider type: exact
-            elif src not in FLOATS:
-                step = ("wrap", WRAP[out_t.dtype], operands, dt)    # an integer into a narrower one wraps
-            elif kinds[0] in ("red", "mid", "late"):
-                return None
-            else:
-                return self.truncated(operands[0], out_t.dtype, dt, kinds[0])
+            how = _conversion(src, out_t.dtype)
+            if how == "truncate":
+                return None if kinds[0] in ("red", "mid") else self.truncated(operands[0], out_t.dtype, dt, kinds[0])
+            step: Step = {"ne": ("alu", "ne", (operands[0], ("imm", 0.0)), dt),
+                          "wrap": ("wrap", WRAP.get(out_t.dtype, ""), operands, dt),
+                          "copy": ("copy", "copy", operands, dt)}[how]
             ref = self.push(step, kinds[0])
             if kinds[0] == "red":
                 self.red_shape[ref] = self.red_shape[operands[0]]
@@ -813,6 +809,20 @@ def _wider(exponent_bits: int, mantissa_bits: int, dtype: str) -> bool:
         return False
     exponent, mantissa = FLOAT_BITS[dtype]
     return exponent_bits > exponent and mantissa_bits >= mantissa
+
+
+def _conversion(src: str, out: str) -> str:
+    """How ``convert`` from element type ``src`` to ``out`` is made, as ``ir.semantics`` has it: ``ne`` (anything
+    to i1 is ``x != 0``), ``truncate`` (a float to an integer: toward zero, saturating, NaN to 0; ``truncated``),
+    ``wrap`` (an integer to a type without all its values: the low bits), else ``copy`` (to a float, rounding to
+    nearest even, or an integer into a type holding all its values: exact)."""
+    if out == "i1":
+        return "ne"
+    if src in FLOATS:
+        return "copy" if out in FLOATS else "truncate"
+    if src in INT_RANGE and out in INT_RANGE and not _contains(out, src):
+        return "wrap"
+    return "copy"
 
 
 def _contains(wide: str, narrow: str) -> bool:
