@@ -181,6 +181,8 @@ def _plan(win: Window, loaded: Callable[[int, int], int], temporary: Callable[[i
         fail(f"one window of a {win.shape} pool takes {per_channel(rows, cols)} bytes a channel",
              f"pool windows that fit {BAND_BYTES} bytes of SBUF per partition")
     chunk = min(c, BAND_BYTES // per_channel(rows, cols))
+    if cols > 1 and n * bands(rows) <= pmax and blocks(cols) == 1 and chunk == c:
+        cols = -(-cols // 2)    # one tile would load, compute and store in turn: two overlap (~15% faster)
     return Plan(rows, bands(rows), cols, blocks(cols), chunk, loaded(rows, cols) * chunk,
                 temporary(rows, cols) * chunk)
 
