@@ -1,5 +1,6 @@
-"""Convolution steps: 2-D convolutions (forward and JAX's two gradients) lower to the library's conv kernel and
-take its timed run; other convolutions keep the analytic cost; large batches are sampled."""
+"""Convolution steps: 1-D and 2-D convolutions, grouped and depthwise ones among them (forward and JAX's two
+gradients) lower to the library's conv kernel and take its timed run; other convolutions (3-D, integer) keep
+the analytic cost; large batches (and many batch groups) are sampled."""
 
 from __future__ import annotations
 
@@ -63,17 +64,60 @@ def test_bf16_convolution_is_a_kernel() -> None:
     assert step.flops == 2.0 * 2 * 6 * 6 * 24 * 3 * 3 * 20
 
 
-@pytest.mark.parametrize("fn,shapes", [
-    (lambda x, w: jax.lax.conv_general_dilated(x, w, (1, 1), "SAME", dimension_numbers=DN, feature_group_count=2),
-     ((2, 8, 8, 4), (3, 3, 2, 6))),                                  # grouped
-    (lambda x, w: jax.lax.conv_general_dilated(x, w, (1,), "SAME", dimension_numbers=("NWC", "WIO", "NWC")),
-     ((2, 16, 4), (3, 4, 6))),                                       # 1-D
+@pytest.mark.parametrize("dn,x_shape,w_shape,groups", [
+    (("NWC", "WIO", "NWC"), (2, 16, 4), (3, 4, 6), 1),                 # 1-D
+    (("NCW", "OIW", "NCW"), (2, 6, 20), (6, 1, 4), 6),                 # 1-D depthwise (a Hyena/Mamba short conv)
+    (("NHWC", "HWIO", "NHWC"), (2, 8, 8, 8), (3, 3, 2, 12), 4),        # grouped (ResNeXt)
+    (("NHWC", "HWIO", "NHWC"), (2, 8, 8, 8), (3, 3, 1, 8), 8),         # depthwise (MobileNet)
 ])
-def test_other_convolutions_keep_the_analytic_cost(fn: object, shapes: tuple[tuple[int, ...], ...]) -> None:
-    program = trnsim.compile(jax.jit(fn).lower(*[jax.ShapeDtypeStruct(s, jnp.float32) for s in shapes]),  # type: ignore[arg-type]
+def test_1d_and_grouped_training_convolutions_are_kernels(dn: tuple[str, str, str], x_shape: tuple[int, ...],
+                                                          w_shape: tuple[int, ...], groups: int) -> None:
+    """The forward convolution and JAX's two gradients (a grouped one's weight gradient has batch groups) lower
+    to the conv kernel, no analytic ``conv_matmul`` step, and the jitted program matches JAX."""
+    rank = len(x_shape) - 2
+
+    def loss(x: jax.Array, w: jax.Array) -> jax.Array:
+        y = jax.lax.conv_general_dilated(x, w, (1,) * rank, "SAME", dimension_numbers=dn, feature_group_count=groups)
+        return (jnp.tanh(y) ** 2).sum()
+
+    f = jax.grad(loss, argnums=(0, 1))
+    rng = np.random.default_rng(groups)
+    x, w = (rng.standard_normal(s).astype(np.float32) * 0.5 for s in (x_shape, w_shape))
+    program = trnsim.compile(jax.jit(f).lower(x, w), cache=False)
+    convs = [s for s in program.plan.steps if "convolution" in s.ops]
+    assert len(convs) == 3 and {s.kernel for s in convs} == {"conv"}
+    assert not [s for s in program.plan.steps if s.kernel == "conv_matmul"]
+    for got, ref in zip(trnsim.jit(f)(x, w), jax.jit(f)(x, w), strict=True):
+        np.testing.assert_allclose(np.asarray(got), np.asarray(ref), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("fn,shapes,dtype", [
+    (lambda x, w: jax.lax.conv_general_dilated(x, w, (1, 1, 1), "SAME",
+                                               dimension_numbers=("NDHWC", "DHWIO", "NDHWC")),
+     ((1, 4, 6, 6, 3), (3, 3, 3, 3, 4)), jnp.float32),              # 3-D
+    (lambda x, w: jax.lax.conv_general_dilated(x, w, (1, 1), "SAME", dimension_numbers=DN),
+     ((2, 8, 8, 4), (3, 3, 4, 6)), jnp.int32),                     # integer operands
+])
+def test_other_convolutions_keep_the_analytic_cost(fn: object, shapes: tuple[tuple[int, ...], ...],
+                                                   dtype: object) -> None:
+    program = trnsim.compile(jax.jit(fn).lower(*[jax.ShapeDtypeStruct(s, dtype) for s in shapes]),  # type: ignore[arg-type]
                              cache=False)
     (step,) = [s for s in program.plan.steps if "convolution" in s.ops]
     assert step.kernel == "conv_matmul"
+
+
+def test_batch_groups_are_sampled_within_three_percent() -> None:
+    """The weight gradient of a 32-group convolution (32 batch groups) is timed on 8 and 16 groups and
+    extrapolated."""
+    f = jax.grad(lambda x, w: jax.lax.conv_general_dilated(x, w, (1, 1), "SAME", dimension_numbers=DN,
+                                                           feature_group_count=32).sum(), argnums=1)
+    specs = [jax.ShapeDtypeStruct(s, jnp.bfloat16) for s in ((2, 6, 6, 64), (3, 3, 2, 64))]
+    program = trnsim.compile(jax.jit(f).lower(*specs), cache=False)
+    (conv,) = [c for n in program.graph.nodes if (c := convgen.conv_for(n)) is not None and c.batch_groups > 1]
+    assert conv.batch_groups == 32 and convgen.geometry(conv).pixel_mode
+    sampled = convgen.conv_time("trn3", conv)
+    whole = convgen._timed("trn3", conv)  # pyright: ignore[reportPrivateUsage]
+    assert abs(sampled.seconds - whole.seconds) <= 0.03 * whole.seconds
 
 
 @pytest.mark.parametrize("x_shape,w_shape,axes", [

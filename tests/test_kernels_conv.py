@@ -1,6 +1,7 @@
 """The convolution kernel against ``jax.lax.conv_general_dilated``: random shapes, strides, paddings (negative
 ones crop), input and window dilations, both TensorE mappings (taps stacked on the partitions for few
-channels, one tap a matmul for many), the layouts of JAX's gradient convolutions; bit-exact on small
+channels, one tap a matmul for many), the layouts of JAX's gradient convolutions, 1-D convolutions (a unit H
+axis), feature groups (block-diagonal stationaries; depthwise: diagonal ones) and batch groups; bit-exact on small
 integers in fp32, within bf16's rounding of the result otherwise."""
 
 from __future__ import annotations
@@ -155,3 +156,103 @@ def test_doctests() -> None:
 def test_operands_that_are_not_4_d_are_named_in_the_error() -> None:
     with pytest.raises(KernelError, match=r"2-D convolution of x \(3, 3, 2\) with w \(2, 2, 2, 1\)"):
         conv2d(np.ones((3, 3, 2)), np.ones((2, 2, 2, 1)))
+
+
+def _general(x: np.ndarray, w: np.ndarray, c: convgen.Conv) -> np.ndarray:
+    """``lax.conv_general_dilated`` of ``c``'s layout, window and groups (its axes as dimension numbers)."""
+    dn = jax.lax.ConvDimensionNumbers((c.x_axes[0], c.x_axes[-1], *c.x_axes[1:-1]),
+                                      (c.w_axes[-1], c.w_axes[-2], *c.w_axes[:-2]),
+                                      (c.out_axes[0], c.out_axes[-1], *c.out_axes[1:-1]))
+    out = jax.lax.conv_general_dilated(jnp.asarray(x), jnp.asarray(w), c.stride, c.padding, c.lhs_dilation,
+                                       c.rhs_dilation, dn, c.feature_groups, c.batch_groups,
+                                       precision=jax.lax.Precision.HIGHEST)
+    return np.asarray(out)
+
+
+def _run(x: np.ndarray, w: np.ndarray, c: convgen.Conv, dtype: str = "fp32") -> np.ndarray:
+    return dsl.run_kernel(conv_kernel, dsl.typed(x, dtype), dsl.typed(w, dtype), stride=c.stride,
+                          padding=c.padding, lhs_dilation=c.lhs_dilation, rhs_dilation=c.rhs_dilation,
+                          x_axes=c.x_axes, w_axes=c.w_axes, out_axes=c.out_axes, out_dtype=c.out_dtype,
+                          feature_groups=c.feature_groups, batch_groups=c.batch_groups).outputs[0]
+
+
+@st.composite
+def grouped(draw: st.DrawFn) -> convgen.Conv:
+    """A 1-D or 2-D convolution in NHWC/HWIO of feature groups (depthwise among them) or batch groups."""
+    rank = draw(st.integers(1, 2))
+    groups = draw(st.sampled_from([1, 2, 3, 4]))
+    depthwise = draw(st.booleans())
+    per_group = 1 if depthwise else draw(st.sampled_from([1, 3, 40]))
+    ci = groups * per_group if not depthwise else draw(st.sampled_from([2, 8, 70, 130]))
+    groups = ci if depthwise else groups
+    batch = draw(st.booleans()) and not depthwise
+    co = groups * draw(st.sampled_from([1, 2, 5]))
+    n = groups * draw(st.integers(1, 2)) if batch else draw(st.integers(1, 2))
+    sizes = [draw(st.integers(3, 8)) for _ in range(rank)]
+    window = [draw(st.integers(1, 3)) for _ in range(rank)]
+    stride = tuple(draw(st.integers(1, 2)) for _ in range(rank))
+    lhs = tuple(draw(st.integers(1, 2)) for _ in range(rank))
+    rhs = tuple(draw(st.integers(1, 2)) for _ in range(rank))
+    padding = tuple((draw(st.integers(0, 2)), draw(st.integers(-1, 2))) for _ in range(rank))
+    padding = tuple(p if lo + (s - 1) * ld + 1 + hi >= (k - 1) * rd + 1 else (k * rd, k * rd)
+                    for p, (lo, hi), s, ld, k, rd in zip(padding, padding, sizes, lhs, window, rhs, strict=True))
+    axes = tuple(range(rank + 2))
+    return convgen.Conv((n, *sizes, ci), (*window, ci if batch else ci // groups, co), "fp32", "fp32", axes,
+                        axes, axes, stride, padding, lhs, rhs, 1 if batch else groups, groups if batch else 1)
+
+
+@settings(max_examples=40, deadline=None)
+@given(grouped(), st.integers(0, 2**31))
+def test_1d_and_grouped_convolutions_are_exact_on_small_integers(c: convgen.Conv, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    x = rng.integers(-3, 4, c.x_shape).astype(np.float32)
+    w = rng.integers(-3, 4, c.w_shape).astype(np.float32)
+    assert np.array_equal(_run(x, w, c), _general(x, w, c))
+
+
+@pytest.mark.parametrize("x_shape,w_shape,groups", [
+    ((2, 7, 6, 130), (3, 3, 1, 130), 130),       # depthwise, channels over one tile: diagonal stationaries
+    ((2, 6, 6, 64), (3, 3, 8, 64), 8),           # grouped, taps stacked on the partitions
+    ((2, 20, 96), (4, 96, 96), 1),               # 1-D
+])
+def test_grouped_and_1d_bf16_within_the_result_rounding(x_shape: tuple[int, ...], w_shape: tuple[int, ...],
+                                                        groups: int) -> None:
+    rng = np.random.default_rng(len(x_shape) + groups)
+    x = rng.standard_normal(x_shape).astype(ml_dtypes.bfloat16).astype(np.float32)
+    w = rng.standard_normal(w_shape).astype(ml_dtypes.bfloat16).astype(np.float32)
+    axes = tuple(range(len(x_shape)))
+    rank = len(x_shape) - 2
+    c = convgen.Conv(x_shape, w_shape, "bf16", "bf16", axes, axes, axes, (2,) * rank, ((1, 1),) * rank, (1,) * rank,
+                     (1,) * rank, groups)
+    ref, got = _general(x, w, c), _run(x, w, c, "bf16")
+    terms = int(np.prod(w_shape[:-1]))
+    bound = 2.0**-8 * np.abs(ref) + 1e-5 * np.sqrt(terms) * np.abs(ref).max()
+    assert np.all(np.abs(got - ref) <= bound)
+
+
+@pytest.mark.parametrize("dn,x_shape,w_shape,stride,groups", [
+    (("NWC", "WIO", "NWC"), (3, 12, 4), (3, 4, 6), 1, 1),             # 1-D
+    (("NCW", "OIW", "NCW"), (2, 4, 11), (6, 4, 4), 2, 1),             # 1-D, channels first
+    (("NHWC", "HWIO", "NHWC"), (2, 6, 6, 8), (3, 3, 2, 8), 1, 4),     # grouped
+    (("NHWC", "HWIO", "NHWC"), (2, 7, 7, 6), (3, 3, 1, 6), 2, 6),     # depthwise
+    (("NCHW", "OIHW", "NCHW"), (2, 4, 5, 5), (4, 1, 3, 3), 1, 4),     # depthwise, channels first
+])
+def test_gradient_convolutions_of_1d_and_grouped_run_in_jax_layouts(
+        dn: tuple[str, str, str], x_shape: tuple[int, ...], w_shape: tuple[int, ...], stride: int,
+        groups: int) -> None:
+    """Every convolution of JAX's training program (forward, input and weight gradient: batch groups for a
+    grouped one) run by the kernel in its own layout equals ``lax.conv_general_dilated`` of its attributes."""
+    rank = len(x_shape) - 2
+    f = lambda a, b: (jax.lax.conv_general_dilated(  # noqa: E731
+        a, b, (stride,) * rank, "SAME", dimension_numbers=dn, feature_group_count=groups) ** 2).sum()
+    specs = [jax.ShapeDtypeStruct(s, jnp.float32) for s in (x_shape, w_shape)]
+    program = trnsim.compile(jax.jit(jax.grad(f, argnums=(0, 1))).lower(*specs), cache=False)
+    convs = [n for n in program.graph.nodes if n.op == "convolution"]
+    assert len(convs) == 3
+    rng = np.random.default_rng(stride + groups)
+    for node in convs:
+        c = convgen.conv_for(node)
+        assert c is not None
+        x = rng.integers(-2, 3, c.x_shape).astype(np.float32)
+        w = rng.integers(-2, 3, c.w_shape).astype(np.float32)
+        assert np.array_equal(_run(x, w, c), _general(x, w, c))

@@ -1,29 +1,35 @@
 """Convolution steps: a StableHLO ``convolution`` lowered to the library's ``conv_kernel``.
 
-A 2-D convolution (4-D operands) with one feature group and one batch group, no window reversal (JAX emits
-a separate ``reverse``), fp32 or bf16 operands of one type and an fp32/bf16 result runs as
-``trnsim.kernels.conv.conv_kernel`` in whatever layout its ``dimension_numbers`` give: the forward
-convolution and both gradients JAX emits (the input gradient with ``lhs_dilation`` and the kernel's
-``I``/``O`` swapped, the weight gradient with batch and feature swapped). Its time is the kernel's, timed
+A 1-D or 2-D convolution (3-D or 4-D operands), no window reversal (JAX emits a separate ``reverse``), fp32
+or bf16 operands of one type and an fp32/bf16 result runs as ``trnsim.kernels.conv.conv_kernel`` in whatever
+layout its ``dimension_numbers`` give: the forward convolution and both gradients JAX emits (the input
+gradient with ``lhs_dilation`` and the kernel's ``I``/``O`` swapped, the weight gradient with batch and
+feature swapped), with any ``feature_group_count`` (grouped and depthwise convolutions: block-diagonal
+stationaries) or ``batch_group_count`` (the weight gradient of a grouped one: a convolution a group). A 1-D
+convolution is the kernel's 2-D one of a unit H axis. Its time is the kernel's, timed
 by the instruction-level model (timing-only); every other convolution keeps the analytic cost (``costs``), as
 does a convolution fused with a prologue or epilogue, and one the kernel cannot trace (a weight gradient
 whose whole window does not fit SBUF, for one: counted in the ``conv_fallbacks`` statistic).
 
 The kernel's work is a loop over its (canonical) batch, each image the same units (for the pixel-contracting
-mapping, each block of 128 batch members the same work): a kernel of more than ``2 · SAMPLE_IMAGES`` such
-units is timed on ``SAMPLE_IMAGES`` and twice as many and extrapolated linearly (``kernel_timing.linear_fit``).
+mapping, each block of 128 batch members the same work; with batch groups, each group the same convolution):
+a kernel of more than ``2 · SAMPLE_IMAGES`` such units is timed on ``SAMPLE_IMAGES`` and twice as many and
+extrapolated linearly (``kernel_timing.linear_fit``).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trnsim.compiler.costs import RATE_NAME, StepCost
 from trnsim.compiler.kernel_timing import TileTime, extrapolate, linear_fit, time_kernel
 from trnsim.ir.graph import Node
+
+if TYPE_CHECKING:
+    from trnsim.kernels.conv import Geometry
 
 DSL_DTYPE = {"f32": "fp32", "bf16": "bf16"}
 SAMPLE_IMAGES = 8
@@ -33,7 +39,8 @@ PARTITIONS = 128
 @dataclass(frozen=True)
 class Conv:
     """A convolution as ``conv_kernel``'s arguments: operand shapes as given, where the canonical axes are
-    (``x_axes``: N, H, W, Ci; ``w_axes``: KH, KW, Ci, Co; ``out_axes``: N, OH, OW, Co) and the window."""
+    (``x_axes``: N, H, W, Ci; ``w_axes``: KH, KW, Ci, Co; ``out_axes``: N, OH, OW, Co; without H, KH and OH
+    for a 1-D one), the window (one entry a spatial axis) and the groups."""
 
     x_shape: tuple[int, ...]
     w_shape: tuple[int, ...]
@@ -42,20 +49,28 @@ class Conv:
     x_axes: tuple[int, ...]
     w_axes: tuple[int, ...]
     out_axes: tuple[int, ...]
-    stride: tuple[int, int]
-    padding: tuple[tuple[int, int], tuple[int, int]]
-    lhs_dilation: tuple[int, int]
-    rhs_dilation: tuple[int, int]
+    stride: tuple[int, ...]
+    padding: tuple[tuple[int, int], ...]
+    lhs_dilation: tuple[int, ...]
+    rhs_dilation: tuple[int, ...]
+    feature_groups: int = 1
+    batch_groups: int = 1
 
     @property
     def images(self) -> int:
-        return self.x_shape[self.x_axes[0]]
+        """The kernel's batch: images, or batch groups (each its own convolution)."""
+        n = self.x_shape[self.x_axes[0]]
+        return self.batch_groups if self.batch_groups > 1 else n
 
     def with_images(self, n: int) -> Conv:
-        shape = list(self.x_shape)
+        """The same convolution of ``n`` images (with batch groups: of ``n`` groups, ``Co`` with them)."""
+        shape, w_shape = list(self.x_shape), list(self.w_shape)
+        if self.batch_groups > 1:
+            shape[self.x_axes[0]] = shape[self.x_axes[0]] // self.batch_groups * n
+            w_shape[self.w_axes[-1]] = w_shape[self.w_axes[-1]] // self.batch_groups * n
+            return replace(self, x_shape=tuple(shape), w_shape=tuple(w_shape), batch_groups=n)
         shape[self.x_axes[0]] = n
-        return Conv(tuple(shape), self.w_shape, self.dtype, self.out_dtype, self.x_axes, self.w_axes,
-                    self.out_axes, self.stride, self.padding, self.lhs_dilation, self.rhs_dilation)
+        return replace(self, x_shape=tuple(shape))
 
 
 def conv_for(node: Node) -> Conv | None:
@@ -65,39 +80,55 @@ def conv_for(node: Node) -> Conv | None:
     x, w = node.inputs
     a = node.attrs
     dtype, out_dtype = DSL_DTYPE.get(x.type.dtype), DSL_DTYPE.get(node.out.type.dtype)
-    if (dtype is None or out_dtype is None or w.type.dtype != x.type.dtype or len(x.type.shape) != 4
-            or a.get("feature_group_count", 1) != 1 or a.get("batch_group_count", 1) != 1
+    if (dtype is None or out_dtype is None or w.type.dtype != x.type.dtype or len(x.type.shape) not in (3, 4)
             or any(a.get("window_reversal") or ()) or "operand_format" in a):
         return None
     d = a["dimension_numbers"]
     spatial = (d["input_spatial_dimensions"], d["kernel_spatial_dimensions"], d["output_spatial_dimensions"])
-    if any(len(s) != 2 for s in spatial):
+    rank = len(x.type.shape) - 2
+    if any(len(s) != rank for s in spatial):
         return None
     x_axes = (d["input_batch_dimension"], *spatial[0], d["input_feature_dimension"])
     w_axes = (*spatial[1], d["kernel_input_feature_dimension"], d["kernel_output_feature_dimension"])
     out_axes = (d["output_batch_dimension"], *spatial[2], d["output_feature_dimension"])
     pads = a.get("padding")
-    padding = ((0, 0), (0, 0)) if pads is None else tuple((int(lo), int(hi)) for lo, hi in pads)
+    padding = ((0, 0),) * rank if pads is None else tuple((int(lo), int(hi)) for lo, hi in pads)
 
-    def pair(key: str) -> tuple[int, int]:
-        lo, hi = a.get(key) or (1, 1)
-        return int(lo), int(hi)
+    def per_axis(key: str) -> tuple[int, ...]:
+        return tuple(int(v) for v in a.get(key) or (1,) * rank)
 
-    (pt, pb), (pl, pr) = padding
     return Conv(tuple(x.type.shape), tuple(w.type.shape), dtype, out_dtype, x_axes, w_axes, out_axes,
-                pair("window_strides"), ((pt, pb), (pl, pr)), pair("lhs_dilation"), pair("rhs_dilation"))
+                per_axis("window_strides"), padding, per_axis("lhs_dilation"), per_axis("rhs_dilation"),
+                int(a.get("feature_group_count", 1)), int(a.get("batch_group_count", 1)))
+
+
+def geometry(conv: Conv) -> Geometry:
+    """The kernel's canonical 2-D geometry of ``conv`` (one batch group's; a 1-D one with a unit H axis)."""
+    from trnsim.kernels.conv import Geometry
+
+    one_d = len(conv.x_shape) == 3
+    x, w = [conv.x_shape[a] for a in conv.x_axes], [conv.w_shape[a] for a in conv.w_axes]
+    if one_d:
+        x.insert(1, 1)
+        w.insert(0, 1)
+
+    def planar(values: tuple[Any, ...], unit: Any) -> tuple[Any, Any]:
+        return (unit, values[0]) if one_d else (values[0], values[1])
+
+    n, h, wd, ci = x
+    kh, kw, _, co = w
+    return Geometry(n // conv.batch_groups, h, wd, ci, kh, kw, co // conv.batch_groups, planar(conv.stride, 1),
+                    planar(conv.padding, (0, 0)), planar(conv.lhs_dilation, 1), planar(conv.rhs_dilation, 1),
+                    conv.feature_groups)
 
 
 def conv_time(target: str, conv: Conv) -> TileTime:
     """The kernel's time (timing-only), sampled over the batch when it is large (module docstring)."""
-    from trnsim.kernels.conv import Geometry
-
-    n, h, w, ci = (conv.x_shape[a] for a in conv.x_axes)
-    kh, kw, _, co = (conv.w_shape[a] for a in conv.w_axes)
-    g = Geometry(n, h, w, ci, kh, kw, co, conv.stride, conv.padding, conv.lhs_dilation, conv.rhs_dilation)
-    unit = PARTITIONS if g.pixel_mode else 1          # pixel_contract repeats per 128 batch members
+    g = geometry(conv)
+    unit = PARTITIONS if g.pixel_mode and conv.batch_groups == 1 else 1  # pixel_contract: per 128 batch members
     small = SAMPLE_IMAGES * unit
-    if n <= 2 * small:  # n: the canonical batch
+    n = conv.images
+    if n <= 2 * small:  # n: the canonical batch (or the batch groups)
         return _timed(target, conv)
     a = _timed(target, conv.with_images(small))
     b = _timed(target, conv.with_images(2 * small))
@@ -112,7 +143,8 @@ def _timed(target: str, conv: Conv) -> TileTime:
     args: list[Any] = [trnsim.TensorSpec(conv.x_shape, conv.dtype), trnsim.TensorSpec(conv.w_shape, conv.dtype)]
     return time_kernel(conv_kernel, *args, target=target, stride=conv.stride, padding=conv.padding,
                        lhs_dilation=conv.lhs_dilation, rhs_dilation=conv.rhs_dilation, x_axes=conv.x_axes,
-                       w_axes=conv.w_axes, out_axes=conv.out_axes, out_dtype=conv.out_dtype)
+                       w_axes=conv.w_axes, out_axes=conv.out_axes, out_dtype=conv.out_dtype,
+                       feature_groups=conv.feature_groups, batch_groups=conv.batch_groups)
 
 
 def conv_cost(node: Node, timed: TileTime, cost: StepCost) -> None:

@@ -31,6 +31,20 @@ costs at least 64 columns, ``reference/neuron.md`` §2.6 and the trn3 preset, so
   the window's pixels on the partitions, ``(output pixel, batch member)`` pairs as stationary columns (each
   pixel's window loaded shifted onto its own partitions, transposed on TensorE), ``Co`` as moving columns.
 
+Groups (``feature_groups``: ResNeXt, depthwise) run in the output-stationary mappings with *block-diagonal*
+stationaries: each group's ``[Ci/G, Co/G]`` block of a tap on its diagonal place of a zeroed ``[ci, co]``
+tile (one DMA a group and tap), and a Co tile contracts only the channel tiles of its own groups, so a 128 x
+128 matmul does ``128 / (Ci/G)`` groups at once instead of one tiny matmul a group. Depthwise (one channel a
+group) in whole channel tiles builds each tap's diagonal on chip (an identity times the tap's per-partition
+column: one DMA for all taps). NOTE: by the timing model's cost rules (``sim/timing/costs.py``, trn3 preset:
+TensorE 2.4 GHz, VectorE/ScalarE 1.2 GHz at 256/128 fp32 elements a cycle) a tap of 128 channels costs per
+output pixel 1/2.4 ns on TensorE in bf16 (4/2.4 ns in fp32, rate 1/4), while a VectorE multiply-accumulate
+with channels on the partitions takes a TensorScalar multiply (0.5 cycle) and a TensorTensor add (1 cycle,
+two inputs) at 1.2 GHz, 0.83 ns at best with the multiply moved to ScalarE: the diagonal matmul is 2x faster
+in bf16 (and ~2x slower in fp32, which this kernel still runs on TensorE). ``batch_groups`` (JAX's weight
+gradient of a grouped convolution) are separate convolutions of views, one a group. A 1-D convolution is a
+2-D one of a unit H axis (``x[:, None]`` views).
+
 Rows wider than 512 go one output row at a time in column chunks. Banks drain on VectorE/ScalarE in turn and
 store through a transposed view of the output; the next unit's loads are issued before this one's stores
 (``layout.prefetch``).
@@ -38,7 +52,7 @@ store through a transposed view of the output; the next unit's loads are issued 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 
@@ -77,6 +91,7 @@ class Geometry:
     pad: tuple[Pair, Pair]
     lhs: Pair
     rhs: Pair
+    groups: int = 1  # feature groups: input channels ``ci // groups`` to an output group of ``co // groups``
 
     @property
     def padded(self) -> Pair:
@@ -134,7 +149,8 @@ def units(g: Geometry, width: int, bank: int) -> list[Unit]:
         per = bank // width
         return [Unit(n, oy, r, tuple((r0, rr, 0, width) for r0, rr in blocks(r, per)))
                 for n in range(g.n) for oy, r in blocks(oh, per * UNIT_BANKS)]
-    return [Unit(n, oy, 1, tuple((0, 1, c0, c) for c0, c in blocks(width, bank)))
+    # NOTE: chunks of the output's columns, not the flat row's: a chunk of only garbage columns would store nothing
+    return [Unit(n, oy, 1, tuple((0, 1, c0, c) for c0, c in blocks(g.out[1], bank)))
             for n in range(g.n) for oy in range(oh)]
 
 
@@ -315,41 +331,59 @@ def pixel_contract(xv: Tensor, wv: Tensor, ov: Tensor, g: Geometry) -> None:
                 j += 1
 
 
-@dsl.kernel
-def conv_kernel(x: Tensor, w: Tensor, *, stride: Pair = (1, 1), padding: tuple[Pair, Pair] = ((0, 0), (0, 0)),
-                lhs_dilation: Pair = (1, 1), rhs_dilation: Pair = (1, 1), x_axes: tuple[int, ...] = CANONICAL,
-                w_axes: tuple[int, ...] = CANONICAL, out_axes: tuple[int, ...] = CANONICAL,
-                out_dtype: str = "fp32") -> Tensor:
-    """``out[n, oy, ox, o] = Σ x̂[n, oy·sh + ky·dh, ox·sw + kx·dw, i] · w[ky, kx, i, o]`` (x̂: ``x`` dilated by
-    ``lhs_dilation`` and padded by ``padding``), rounded to ``out_dtype``. ``x_axes``: where ``N, H, W, Ci``
-    are in ``x``; ``w_axes``: where ``KH, KW, Ci, Co`` are in ``w``; ``out_axes``: where ``N, OH, OW, Co``
-    go in the result."""
-    if len(x.shape) != 4 or len(w.shape) != 4:
-        fail(f"a 2-D convolution of x {x.shape} with w {w.shape}",
-             "give a 4-D input (N, H, W, Ci: NHWC by default) and a 4-D kernel (KH, KW, Ci, Co: HWIO by default)")
-    xv, wv = x.permute(*x_axes), w.permute(*w_axes)
-    n, h, wd, ci = xv.shape
-    kh, kw, ci2, co = wv.shape
-    if ci != ci2:
-        fail(f"convolution of {ci} input channels with a kernel of {ci2}", "give x and w the same Ci")
-    if min(*stride, *lhs_dilation, *rhs_dilation) < 1:
-        fail(f"strides {stride} and dilations {lhs_dilation}, {rhs_dilation}", "use strides and dilations ≥ 1")
-    g = Geometry(n, h, wd, ci, kh, kw, co, stride, padding, lhs_dilation, rhs_dilation)
-    oh, ow = g.out
-    if oh < 1 or ow < 1:
-        fail(f"a {kh}x{kw} window over a padded {g.padded} input", "pad the input to at least the window")
-    shape = [0, 0, 0, 0]
-    for axis, size in zip(out_axes, (n, oh, ow, co), strict=True):
-        shape[axis] = size
-    out = dsl.hbm_tensor(tuple(shape), out_dtype, name="out")
-    ov = out.permute(*out_axes)
-    if g.pixel_mode:
-        pixel_contract(xv, wv, ov, g)
-        return out
+def _live(g: Geometry, ci: Pair, co: Pair) -> bool:
+    """Input channels ``ci`` (first, count) feed some of output channels ``co``: with feature groups the
+    weights are block-diagonal, and a channel tile outside a Co tile's groups would multiply zeros."""
+    if g.groups == 1:
+        return True
+    cig, cog = g.ci // g.groups, g.co // g.groups
+    lo, hi = co[0] // cog * cig, ((co[0] + co[1] - 1) // cog + 1) * cig
+    return ci[0] < hi and lo < ci[0] + ci[1]
+
+
+def _block_diagonal(tile: Tensor, wv: Tensor, g: Geometry, taps: tuple[Pair, ...], ci: Pair, co: Pair) -> None:
+    """Fill ``tile [taps · cn, on]`` with the grouped kernel's taps for input channels ``ci`` and output
+    channels ``co``: each group's ``[cig, cog]`` block on its diagonal place, zeros elsewhere (one DMA a group
+    and tap). NOTE: depthwise (one channel a group) in whole channel tiles builds the diagonal on chip
+    instead (``_diagonal``): 128 one-element DMAs a tap would cost more than the convolution."""
+    (c0, cn), (o0, on) = ci, co
+    cig, cog = g.ci // g.groups, g.co // g.groups
+    dsl.memset(tile, 0.0, engine="gpsimd")
+    for k in range(c0 // cig, (c0 + cn - 1) // cig + 1):
+        r0, r1 = max(c0, k * cig), min(c0 + cn, (k + 1) * cig)
+        q0, q1 = max(o0, k * cog), min(o0 + on, (k + 1) * cog)
+        if r0 >= r1 or q0 >= q1:
+            continue
+        for j, (ky, kx) in enumerate(taps):
+            dsl.load(tile[j * cn + r0 - c0 : j * cn + r1 - c0, q0 - o0 : q1 - o0],
+                     wv[ky, kx, r0 - k * cig : r1 - k * cig, q0:q1])
+
+
+def _diagonal(wv: Tensor, g: Geometry, c: Pair, dtype: str) -> Callable[[int, int], Tensor]:
+    """Depthwise taps as diagonal stationaries ``[cn, cn]`` of channels ``c``: the kernel's taps load once
+    as columns ``[cn, KH, KW]`` (one DMA) and each tap's diagonal is an identity scaled per partition."""
+    c0, cn = c
+    cols = dsl.sbuf((cn, g.kh, g.kw), dtype)
+    dsl.load(cols, wv[:, :, 0, c0 : c0 + cn].permute(2, 0, 1))
+    ident = dsl.affine_select(dsl.full((cn, cn), 1.0, dtype), "eq", 0.0, channel_multiplier=1, steps=[-1])
+    made: dict[Pair, Tensor] = {}
+
+    def tap(ky: int, kx: int) -> Tensor:
+        if (ky, kx) not in made:
+            made[(ky, kx)] = dsl.multiply(ident, cols[:, ky, kx : kx + 1], engine="vector" if kx % 2 else "gpsimd")
+        return made[(ky, kx)]
+    return tap
+
+
+def dense(xv: Tensor, wv: Tensor, ov: Tensor, g: Geometry, out_dtype: str) -> None:
+    """The output-stationary mappings (stacked taps, shared input; module docstring) of canonical views; with
+    feature groups the stationaries are block-diagonal and only the channel tiles of a Co tile's groups
+    contract into it."""
     ts = dsl.tile_size()
-    ci_tiles, co_tiles = blocks(ci, ts.pmax), blocks(co, ts.gemm_stationary_fmax)
-    taps = [(ky, kx) for ky in range(kh) for kx in range(kw)]
-    per = ts.pmax // ci
+    _, ow = g.out
+    ci_tiles, co_tiles = blocks(g.ci, ts.pmax), blocks(g.co, ts.gemm_stationary_fmax)
+    taps = [(ky, kx) for ky in range(g.kh) for kx in range(g.kw)]
+    per = ts.pmax // g.ci
     packed = per >= 2
     phases: dict[Pair, int] = {}
     if packed:  # taps stacked on the partitions: ci · taps rows of contraction a matmul
@@ -361,21 +395,30 @@ def conv_kernel(x: Tensor, w: Tensor, *, stride: Pair = (1, 1), padding: tuple[P
                  for tap in taps for t in range(len(ci_tiles))]
         width = g.wq
     slack = max(g.tap(ky, kx)[1][1] for ky, kx in taps)
-    itemsize = 2 if x.dtype == "bf16" else 4
+    itemsize = 2 if xv.dtype == "bf16" else 4
     resident = len(co_tiles) * len(slots) * ts.gemm_stationary_fmax * itemsize <= WEIGHT_BYTES
     weights: dict[tuple[int, int], Tensor] = {}
+    depthwise = g.groups == g.ci == g.co and not packed
+    diagonals = {c: _diagonal(wv, g, c, xv.dtype) for c in ci_tiles} if depthwise else {}
 
     def weight(s: int, o: int) -> Tensor:
         tile = weights.get((s, o))
         if tile is None:
-            slot, (c0, cn), (o0, on) = slots[s], ci_tiles[slots[s].ct], co_tiles[o]
-            tile = dsl.sbuf((len(slot.taps) * cn, on), x.dtype)
-            for j, (ky, kx) in enumerate(slot.taps):
-                dsl.load(tile[j * cn : (j + 1) * cn, :], wv[ky, kx, c0 : c0 + cn, o0 : o0 + on])
+            slot, ci, co = slots[s], ci_tiles[slots[s].ct], co_tiles[o]
+            if depthwise:
+                tile = diagonals[ci](*slot.taps[0])
+            else:
+                tile = dsl.sbuf((len(slot.taps) * ci[1], co[1]), xv.dtype)
+                if g.groups > 1:
+                    _block_diagonal(tile, wv, g, slot.taps, ci, co)
+                for j, (ky, kx) in enumerate(slot.taps if g.groups == 1 else ()):
+                    dsl.load(tile[j * ci[1] : (j + 1) * ci[1], :],
+                             wv[ky, kx, ci[0] : ci[0] + ci[1], co[0] : co[0] + co[1]])
             if resident:
                 weights[(s, o)] = tile
         return tile
 
+    live = [[s for s, slot in enumerate(slots) if _live(g, ci_tiles[slot.ct], co)] for co in co_tiles]
     work = units(g, width, ts.psum_fmax)
     loads = [partial(load_packed, xv, g, u, slots, width) if packed else
              partial(load_shared, xv, g, u, slots, ci_tiles, phases, slack) for u in work]
@@ -384,9 +427,9 @@ def conv_kernel(x: Tensor, w: Tensor, *, stride: Pair = (1, 1), padding: tuple[P
         for o, (o0, on) in enumerate(co_tiles):
             for r0, rr, c0, cc in u.banks:
                 acc = dsl.psum((on, rr * cc))
-                for s, slot in enumerate(slots):
-                    start = slot.shift + r0 * width + c0
-                    dsl.matmul(acc, weight(s, o), tiles[s][:, start : start + rr * cc], accumulate=s > 0)
+                for k, s in enumerate(live[o]):
+                    start = slots[s].shift + r0 * width + c0
+                    dsl.matmul(acc, weight(s, o), tiles[s][:, start : start + rr * cc], accumulate=k > 0)
                 res = dsl.sbuf((on, rr, cc), out_dtype)
                 dsl.copy(acc, out=res, engine="scalar" if j % 2 else "vector")
                 dsl.release(acc)
@@ -394,20 +437,103 @@ def conv_kernel(x: Tensor, w: Tensor, *, stride: Pair = (1, 1), padding: tuple[P
                 valid = min(cc, ow - c0)
                 dst = ov[u.n, u.oy + r0 : u.oy + r0 + rr, c0 : c0 + valid, o0 : o0 + on].permute(2, 0, 1)
                 dsl.store(dst, res[:, :, :valid], split=1 if packed else _pieces(dst))
+
+
+def _planar(values: Sequence[int] | None, rank: int, unit: int) -> Pair:
+    """A per-spatial-axis parameter of a ``rank``-D convolution as a pair (a 1-D one gets a unit H axis;
+    None: ``unit`` on every axis)."""
+    values = (unit,) * rank if values is None else values
+    if len(values) != rank:
+        fail(f"{len(values)} values {tuple(values)} for a {rank}-D convolution", f"give {rank} (one an axis)")
+    return (unit, values[0]) if rank == 1 else (values[0], values[1])
+
+
+@dsl.kernel
+def conv_kernel(x: Tensor, w: Tensor, *, stride: Sequence[int] | None = None,
+                padding: Sequence[Pair] | None = None, lhs_dilation: Sequence[int] | None = None,
+                rhs_dilation: Sequence[int] | None = None, x_axes: tuple[int, ...] = CANONICAL,
+                w_axes: tuple[int, ...] = CANONICAL, out_axes: tuple[int, ...] = CANONICAL,
+                out_dtype: str = "fp32", feature_groups: int = 1, batch_groups: int = 1) -> Tensor:
+    """``out[n, oy, ox, o] = Σ x̂[n, oy·sh + ky·dh, ox·sw + kx·dw, i] · w[ky, kx, i, o]`` (x̂: ``x`` dilated by
+    ``lhs_dilation`` and padded by ``padding``), rounded to ``out_dtype``. ``x_axes``: where ``N, H, W, Ci``
+    are in ``x``; ``w_axes``: where ``KH, KW, Ci, Co`` are in ``w``; ``out_axes``: where ``N, OH, OW, Co``
+    go in the result (None: no padding, unit strides and dilations). 3-D operands are a 1-D convolution
+    (``N, W, Ci`` / ``KW, Ci, Co`` / ``N, OW, Co``; one stride, pad and dilation each), computed as a 2-D one
+    of a unit H axis (views: nothing is copied).
+
+    StableHLO's groups: ``feature_groups`` G splits ``Ci`` and ``Co`` into G groups, output group ``k`` the
+    convolution of input channels group ``k`` with ``w[..., :, k·Co/G : (k+1)·Co/G]`` (``w`` has ``Ci / G``
+    input channels); ``batch_groups`` G splits ``N`` and ``Co`` likewise (the output has ``N / G`` images)."""
+    rank = len(x.shape) - 2
+    if rank not in (1, 2) or len(w.shape) != rank + 2:
+        fail(f"a 2-D convolution of x {x.shape} with w {w.shape}",
+             "give a 4-D input (N, H, W, Ci: NHWC by default) and a 4-D kernel (KH, KW, Ci, Co: HWIO by default)"
+             ", or 3-D ones for a 1-D convolution")
+    xv, wv = x.permute(*x_axes), w.permute(*w_axes)
+    if rank == 1:
+        xv, wv = xv[:, None], wv[None]
+    n, h, wd, ci = xv.shape
+    kh, kw, ci2, co = wv.shape
+    if ci != ci2 * feature_groups or min(feature_groups, batch_groups) < 1 or co % feature_groups \
+            or co % batch_groups or n % batch_groups or (feature_groups > 1 and batch_groups > 1):
+        fail(f"convolution of {ci} input channels with a kernel of {ci2} ({feature_groups} feature groups, "
+             f"{batch_groups} batch groups; {n} images, {co} output channels)",
+             "give x and w the same Ci (w: Ci / feature_groups), and feature or batch groups that divide "
+             "Co (batch groups: and N), not both")
+    st, lhs, rhs = _planar(stride, rank, 1), _planar(lhs_dilation, rank, 1), _planar(rhs_dilation, rank, 1)
+    pads = ((0, 0),) * rank if padding is None else tuple(padding)
+    pad = ((0, 0), pads[0]) if rank == 1 and len(pads) == 1 else (pads[0], pads[1]) if len(pads) == rank else None
+    if pad is None:
+        fail(f"{len(pads)} pads {pads} for a {rank}-D convolution", f"give {rank} (low, high) pairs")
+    if min(*st, *lhs, *rhs) < 1:
+        fail(f"strides {st} and dilations {lhs}, {rhs}", "use strides and dilations ≥ 1")
+    nb = n // batch_groups
+    g = Geometry(nb, h, wd, ci, kh, kw, co // batch_groups, st, pad, lhs, rhs, feature_groups)
+    oh, ow = g.out
+    if oh < 1 or ow < 1:
+        fail(f"a {kh}x{kw} window over a padded {g.padded} input", "pad the input to at least the window")
+    sizes = (nb, oh, ow, co) if rank == 2 else (nb, ow, co)
+    shape = [0] * len(sizes)
+    for axis, size in zip(out_axes, sizes, strict=True):
+        shape[axis] = size
+    out = dsl.hbm_tensor(tuple(shape), out_dtype, name="out")
+    ov = out.permute(*out_axes)
+    if rank == 1:
+        ov = ov[:, None]
+    cb = co // batch_groups
+    for k in range(batch_groups):  # each batch group its own convolution (JAX's grouped weight gradient)
+        xk, wk, ok = xv[k * nb : (k + 1) * nb], wv[:, :, :, k * cb : (k + 1) * cb], ov[:, :, :, k * cb : (k + 1) * cb]
+        if not g.pixel_mode:
+            dense(xk, wk, ok, g, out_dtype)
+            continue
+        cig, cog = ci // feature_groups, cb // feature_groups
+        one = Geometry(nb, h, wd, cig, kh, kw, cog, st, pad, lhs, rhs)
+        for f in range(feature_groups):  # NOTE: a grouped forward with a window larger than its output
+            pixel_contract(xk[:, :, :, f * cig : (f + 1) * cig], wk[:, :, :, f * cog : (f + 1) * cog],
+                           ok[:, :, :, f * cog : (f + 1) * cog], one)
     return out
 
 
-def conv2d(x: ArrayLike, w: ArrayLike, dtype: str = "fp32", *, stride: Pair = (1, 1),
-           padding: tuple[Pair, Pair] = ((0, 0), (0, 0)), lhs_dilation: Pair = (1, 1), rhs_dilation: Pair = (1, 1),
+def conv2d(x: ArrayLike, w: ArrayLike, dtype: str = "fp32", *, stride: Sequence[int] | None = None,
+           padding: Sequence[Pair] | None = None, lhs_dilation: Sequence[int] | None = None,
+           rhs_dilation: Sequence[int] | None = None, feature_groups: int = 1, batch_groups: int = 1,
            out_dtype: str = "fp32", target: str = "trn3") -> NDArray[np.float32]:
-    """``jax.lax.conv_general_dilated(x, w, stride, padding, lhs_dilation, rhs_dilation)`` for NHWC ``x`` and
-    HWIO ``w`` on a simulated NeuronCore, operands rounded to ``dtype`` (fp32 or bf16).
+    """``jax.lax.conv_general_dilated(x, w, stride, padding, lhs_dilation, rhs_dilation, feature_group_count,
+    batch_group_count)`` for NHWC ``x`` and HWIO ``w`` (or NWC and WIO: a 1-D convolution, one stride, pad
+    and dilation each; None: unit strides and dilations, no padding) on a simulated NeuronCore, operands
+    rounded to ``dtype`` (fp32 or bf16).
 
         >>> conv2d(np.ones((1, 3, 3, 2)), np.ones((2, 2, 2, 1)))[0, :, :, 0].tolist()
         [[8.0, 8.0], [8.0, 8.0]]
+        >>> conv2d(np.ones((1, 4, 2)), np.ones((3, 1, 2)), stride=(1,), padding=((1, 1),),
+        ...        feature_groups=2)[0, :, 0].tolist()
+        [2.0, 3.0, 3.0, 2.0]
     """
     xs = dsl.typed(np.asarray(x, np.float32), dtype)
     ws = dsl.typed(np.asarray(w, np.float32), dtype)
+    canonical = tuple(range(len(xs.shape)))
     res = dsl.run_kernel(conv_kernel, xs, ws, target=target, stride=stride, padding=padding,
-                         lhs_dilation=lhs_dilation, rhs_dilation=rhs_dilation, out_dtype=out_dtype)
+                         lhs_dilation=lhs_dilation, rhs_dilation=rhs_dilation, x_axes=canonical,
+                         w_axes=canonical, out_axes=canonical, out_dtype=out_dtype,
+                         feature_groups=feature_groups, batch_groups=batch_groups)
     return res.outputs[0]
