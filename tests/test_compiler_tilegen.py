@@ -1097,3 +1097,123 @@ def test_wide_leading_and_middle_axis_reductions_are_timed_on_samples_within_3_p
     assert sampled.seconds == pytest.approx(whole.seconds, rel=0.03)
     assert sampled.busy["tensor" if recipe.steps[-1][0] == "lead" else "vector"] == pytest.approx(
         whole.busy["tensor" if recipe.steps[-1][0] == "lead" else "vector"], rel=0.03)
+
+
+# ScalarE's sin, cos, tan, arctan, log1p, expm1 and cbrt: the exact function rounded once to fp32, as the interpreter
+# has StableHLO's ops (f64, rounded once), so bit for bit in f32; huge arguments, the poles and domain edges too
+_MATHS_EDGES = [0.0, -0.0, np.inf, -np.inf, np.nan, 1e-45, -1e-45, 1e-30, -1e-40, 1e-8, -1e-7, 0.5, -0.5, 1.0, -1.0,
+                -0.99999994, -0.9999, -1.0000001, -2.0, 3.1415927, -3.1415927, 1.5707964, -1.5707964, 88.7, 89.0,
+                -104.0, 1e5 * np.pi, 2.0 ** 24 + 2, 12345.678, 1e10, -1e10, 1e30, -3.4e38, 3.4028235e38, 27.0, -8.0]
+
+
+def _maths_inputs(dtype: str, seed: int) -> np.ndarray:
+    """The edge values, then normal values over magnitudes 2**-20 .. 2**20: an [8, 128] array."""
+    rng = np.random.default_rng(seed)
+    rest = rng.standard_normal(8 * 128 - len(_MATHS_EDGES)) * np.exp2(rng.uniform(-20, 20, 8 * 128 - len(_MATHS_EDGES)))
+    with np.errstate(over="ignore"):
+        return np.concatenate([np.asarray(_MATHS_EDGES), rest]).astype(np.float32).astype(dtype).reshape(8, 128)
+
+
+def _maths(x: jax.Array) -> tuple[jax.Array, ...]:
+    return jnp.sin(x), jnp.cos(x), jnp.tan(x), jnp.log1p(x), jnp.expm1(x), jnp.cbrt(x), jnp.arctan(x)
+
+
+def test_sine_cosine_tan_log1p_expm1_cbrt_and_atan_are_scalare_functions_bit_for_bit() -> None:
+    """One ScalarE activation each (``chlo.atan`` is ``atan2(x, 1)``: an ``arctan`` of ``x`` itself); the
+    functions with f(-0) = -0 take the bias -0.0, so ``sin(-0)`` stays -0 (the default +0 bias would make it +0)."""
+    recipes = _exact(_maths, _maths_inputs("float32", 40))
+    acts = [(s[1], s[2][1:]) for r in recipes for s in r.steps if s[0] == "act"]
+    assert sorted(f for f, _ in acts) == ["arctan", "cbrt", "cos", "expm1", "log1p", "sin", "tan"]
+    assert all((bias == (("imm", -0.0),)) == (f != "cos") for f, bias in acts)
+    assert not [s for r in recipes for s in r.steps if s[0] == "alu"]    # atan2(x, 1): no division, no fix-up
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_sine_cosine_tan_log1p_expm1_cbrt_and_atan_round_once_more_to_narrow_types(dtype: str) -> None:
+    """The interpreter rounds numpy's fp32 function to the narrow type, the kernel ScalarE's correctly rounded fp32
+    value: both fp32 values are within a few fp32 ulps of the function, so their roundings to bf16 / f16 differ
+    only where those straddle a rounding boundary: by at most 1 ulp of the narrow type. Specials are exact."""
+    from trnsim.conformance import ulp_distance
+
+    x = _maths_inputs(dtype, 41)
+    program = _compile(_maths, x)
+    assert all(s.kernel == "generated_elementwise" for s in program.plan.steps)
+    special = np.isin(x.astype(np.float32).reshape(-1), np.asarray([0.0, np.inf, -np.inf])) | \
+        np.isnan(x.astype(np.float32).reshape(-1))
+    for step in range(len(program.plan.steps)):
+        _, pairs = _run_step(program, [x], step)
+        for got, want in pairs:
+            g = got[:want.size].astype(want.dtype)
+            assert ulp_distance(g, want).max() <= 1
+            np.testing.assert_array_equal(g.astype(np.float32)[special], want.astype(np.float32)[special])
+
+
+def test_rope_tables_and_softplus_and_elu_are_generated_and_exact() -> None:
+    """In-graph RoPE tables (sin/cos of positions times inverse frequencies), a stable softplus / log-sigmoid
+    (log1p(exp(-|x|))) and ELU's expm1: every step generated, bit for bit."""
+    x = (np.random.default_rng(42).standard_normal((64, 128)) * 6.0).astype(np.float32)
+    x[0, :4] = [-0.0, 0.0, np.inf, -np.inf]
+    freqs = (1.0 / 10000.0 ** (np.arange(64) / 64.0)).astype(np.float32)
+
+    def rope(freqs: jax.Array) -> tuple[jax.Array, jax.Array]:
+        angles = jnp.arange(512, dtype=jnp.float32)[:, None] * freqs[None, :]
+        return jnp.sin(angles), jnp.cos(angles)
+
+    _exact(rope, freqs)
+    _exact(lambda x: (jnp.maximum(x, 0.0) + jnp.log1p(jnp.exp(-jnp.abs(x))), jax.nn.log_sigmoid(x), jax.nn.elu(x)),
+           x)
+
+
+_ATAN2_EDGES = [0.0, -0.0, np.inf, -np.inf, np.nan, 1.0, -1.0, 1e-45, -1e-45, 3.4e38, -3.4e38, 2.5, -0.75]
+
+
+@pytest.mark.parametrize("shape_x", [(128, 512), (1, 512)])
+def test_atan2_is_arctan_of_the_quotient_with_quadrant_fixes_within_its_bound(shape_x: tuple[int, int]) -> None:
+    """``build._atan2``: every pair of zeros, infinities and NaN exact (signed zeros, ±π, ±π/2, ±π/4, ±3π/4, NaN);
+    elsewhere within the method's bound of the interpreter's correctly rounded atan2: 1 ulp where ``x > 0``, 3
+    where ``x < 0`` (``fl(π)`` and the sum's rounding). A ``[1, 512]`` ``x`` broadcast down the rows is a table."""
+    from trnsim.conformance import ulp_distance
+
+    rng = np.random.default_rng(43)
+    y = (rng.standard_normal((128, 512)) * np.exp2(rng.uniform(-30, 30, (128, 512)))).astype(np.float32)
+    x = (rng.standard_normal(shape_x) * np.exp2(rng.uniform(-30, 30, shape_x))).astype(np.float32)
+    e = np.asarray(_ATAN2_EDGES, np.float32)
+    ey, ex = (m.reshape(-1) for m in np.meshgrid(e, e))
+    y[0, :ey.size], y[1, :ey.size] = ey, ey[::-1]
+    x[0, :ex.size] = ex
+    if shape_x[0] > 1:
+        x[1, :ex.size] = ex[::-1]
+        x[2:4] = -np.abs(x[2:4])
+    program = _compile(lambda y, x: jnp.arctan2(y, x), y, x)
+    (step,) = program.plan.steps
+    assert step.kernel == "generated_elementwise"
+    _, ((got, want),) = _run_step(program, [y, x], 0)
+    got, want = got[:want.size], want.reshape(-1)
+    xs = np.broadcast_to(x, y.shape).reshape(-1)
+    edges = np.isin(y.reshape(-1), e[np.isinf(e) | (e == 0)]) | np.isin(xs, e[np.isinf(e) | (e == 0)]) | \
+        np.isnan(y.reshape(-1)) | np.isnan(xs)
+    np.testing.assert_array_equal(got[edges], want[edges])
+    np.testing.assert_array_equal(np.signbit(got[edges & ~np.isnan(want)]), np.signbit(want[edges & ~np.isnan(want)]))
+    distance = ulp_distance(got, want)
+    assert distance[xs > 0].max() <= 1 and distance[xs < 0].max() <= 3
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_atan2_of_narrow_types_is_within_one_of_their_ulps(dtype: str) -> None:
+    """The fp32 result within 3 fp32 ulps rounds to bf16 / f16 at most 1 of their ulps from the correctly
+    rounded value; zeros, infinities and NaN exactly."""
+    from trnsim.conformance import ulp_distance
+
+    rng = np.random.default_rng(44)
+    y, x = (rng.standard_normal((2, 16, 256)) * np.exp2(rng.uniform(-8, 8, (2, 16, 256)))).astype(dtype)
+    e = np.asarray(_ATAN2_EDGES, np.float32)
+    ey, ex = (m.reshape(-1) for m in np.meshgrid(e, e))
+    with np.errstate(over="ignore"):
+        y[0, :ey.size], x[0, :ex.size] = ey.astype(dtype), ex.astype(dtype)
+    program = _compile(lambda y, x: jnp.arctan2(y, x), y, x)
+    _, ((got, want),) = _run_step(program, [y, x], 0)
+    got = got[:want.size].astype(want.dtype)
+    assert ulp_distance(got, want).max() <= 1
+    wide_y, wide_x = (v.astype(np.float32).reshape(-1) for v in (y, x))
+    edges = ~np.isfinite(wide_y) | ~np.isfinite(wide_x) | (wide_y == 0) | (wide_x == 0)
+    np.testing.assert_array_equal(got.astype(np.float32)[edges], want.astype(np.float32)[edges])

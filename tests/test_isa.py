@@ -231,3 +231,16 @@ def test_matmul_text_round_trip_and_operands() -> None:
     assert sparse.contraction == 64
     assert parse(str(replace(p, streams={"tensor": (sparse,)}))).stream("tensor") == (sparse,)
     verify_one("tensor", sparse)
+
+
+@pytest.mark.parametrize("func", ["sin", "cos", "tan", "arctan", "log1p", "expm1", "cbrt"])
+def test_scalar_engine_maths_functions_verify_and_round_trip_the_text_form(func: str) -> None:
+    b = ProgramBuilder()
+    src, dst = tile("sbuf", "fp32", (128, 64)), tile("sbuf", "bf16", (128, 64), offset=256)
+    b.emit("scalar", Activation(dst, src, func, scale=2.0, bias=-0.5))
+    p = b.build()
+    assert f"func={func} " in str(p)
+    assert parse(str(p)) == p
+    p.verify(SPEC)
+    with pytest.raises(VerifyError, match=r"(?s)unknown function 'atan2'.*use one of: .*arctan"):
+        verify_one("scalar", Activation(dst, src, "atan2"))    # composed by the compiler, not a ScalarE function

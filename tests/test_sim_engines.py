@@ -139,7 +139,7 @@ def test_iota_select_memset() -> None:
 @pytest.mark.parametrize("func", sorted(ACTIVATIONS))
 def test_activation_functions(func: str) -> None:
     x = np.linspace(-4, 4, P * F, dtype=np.float32).reshape(P, F)
-    if func in ("log", "rsqrt", "sqrt", "reciprocal"):
+    if func in ("log", "rsqrt", "sqrt", "reciprocal", "log1p"):
         x = np.abs(x) + np.float32(0.25)
     ref_fn = {
         "identity": lambda v: v, "exp": math.exp, "log": math.log, "tanh": math.tanh,
@@ -148,6 +148,8 @@ def test_activation_functions(func: str) -> None:
         "silu": lambda v: v / (1 + math.exp(-v)), "relu": lambda v: max(v, 0.0), "rsqrt": lambda v: 1 / math.sqrt(v),
         "sqrt": math.sqrt, "reciprocal": lambda v: 1 / v, "square": lambda v: v * v,
         "softplus": lambda v: math.log1p(math.exp(v)), "erf": math.erf, "abs": abs, "neg": lambda v: -v,
+        "sin": math.sin, "cos": math.cos, "tan": math.tan, "arctan": math.atan, "log1p": math.log1p,
+        "expm1": math.expm1, "cbrt": np.cbrt,
     }[func]
     bias = tile("sbuf", "fp32", (P, 1), offset=4096)
     acc = tile("sbuf", "fp32", (P, 1), offset=4352)
@@ -184,3 +186,46 @@ def test_partition_reduce_and_broadcast() -> None:
     y = RNG.standard_normal((1, F)).astype(np.float32)
     out = run1("gpsimd", PartitionBroadcast(OUT, row), {"y": (y, row)})
     assert np.array_equal(out, np.repeat(y, P, axis=0))
+
+
+# ScalarE's trigonometric, log1p / expm1 and cbrt functions: the exact function rounded once to fp32 (the
+# reference ``ir.semantics`` holds StableHLO's sine, cosine, tan, log_plus_one, exponential_minus_one, cbrt and
+# chlo.atan's atan2(x, 1) to), so bit for bit against math's f64 functions, at the edges of their domains too.
+_EDGE_INPUTS = np.asarray([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-45, -1e-45, 1e-30, -1e-8, 0.5, -1.0, 1.0,
+                           -0.99999994, -1.0000001, -2.0, 3.1415927, 1.5707964, -1.5707964, 88.7, 89.0, -104.0,
+                           1e10, -1e10, 12345.678, 1e30, -3.4e38, 3.4028235e38, 2.0**24 + 2, 7.0, -27.0, 0.1, 1e-5],
+                          np.float32)
+_MATH: dict[str, object] = {"sin": math.sin, "cos": math.cos, "tan": math.tan, "arctan": math.atan,
+                            "log1p": math.log1p, "expm1": math.expm1, "cbrt": np.cbrt}
+
+
+def _math_f64(func: str, v: float) -> float:
+    """The function in f64, its domain's edges as IEEE has them (NaN outside, ±inf at poles and overflow)."""
+    fn = _MATH[func]
+    assert callable(fn)
+    if math.isnan(v) or (math.isinf(v) and func in ("sin", "cos", "tan")):
+        return math.nan
+    if func == "log1p" and v <= -1.0:
+        return -math.inf if v == -1.0 else math.nan
+    if func == "expm1" and v == math.inf:
+        return math.inf
+    try:
+        return float(fn(v))
+    except OverflowError:
+        return math.inf
+
+
+@pytest.mark.parametrize("func", list(_MATH))
+def test_scalar_engine_maths_round_the_exact_function_once(func: str) -> None:
+    n = _EDGE_INPUTS.size
+    src, dst = tile("sbuf", "fp32", (1, n)), tile("sbuf", "fp32", (1, n), offset=1024)
+    x = _EDGE_INPUTS.reshape(1, n)
+    # the bias -0.0 keeps -0 (x + (-0) = x); the default +0 makes it +0 before the function
+    out = run1("scalar", Activation(dst, src, func, bias=-0.0), {"x": (x, src)}, dst)[0]
+    with np.errstate(over="ignore"):
+        want = np.asarray([_math_f64(func, float(v)) for v in _EDGE_INPUTS], np.float64).astype(np.float32)
+    np.testing.assert_array_equal(out, want)                        # NaN where NaN, ±inf where ±inf
+    signed = ~np.isnan(want)                                        # (a NaN's sign is no value's)
+    np.testing.assert_array_equal(np.signbit(out)[signed], np.signbit(want)[signed])   # sin(-0) = -0, ...
+    default = run1("scalar", Activation(dst, src, func), {"x": (x, src)}, dst)[0]
+    assert np.signbit(default[1]) == np.signbit(_math_f64(func, 0.0))   # f(+0) for the input -0

@@ -136,4 +136,16 @@ ACTIVATIONS: dict[str, Callable[[F32], F32]] = {
     "erf": _act(_erf),
     "abs": _act(np.abs),
     "neg": _act(np.negative),
+    # NOTE: neuron.md §1 "Scalar Engine (ScalarE)" documents the function table as extensible ("new functions
+    # can be added by SDK update") and §2.4 names these only among nki.language's maths "and others"; named as
+    # NKI does (``sin``, ``cos``, ``tan``, ``arctan``), numpy's names where NKI has none (``log1p``, ``expm1``,
+    # ``cbrt``). Their cost is every function's: neuron.md §1 gives ScalarE one pipeline rate, no per-function
+    # one, and sim.timing.costs ("VectorE / ScalarE / GpSimd") charges it per element whatever the function.
+    "sin": _act(np.sin),
+    "cos": _act(np.cos),
+    "tan": _act(np.tan),
+    "arctan": _act(np.arctan),
+    "log1p": _act(np.log1p),
+    "expm1": _act(np.expm1),
+    "cbrt": _act(np.cbrt),
 }

@@ -30,6 +30,7 @@ from trnsim.compiler.tilegen.recipe import (
     UNSIGNED,
     WRAP,
     WRAPPING,
+    ZERO_SIGNED,
     Recipe,
     Ref,
     Step,
@@ -424,7 +425,7 @@ class _Builder:
         elif node.op in BITWISE and out_t.dtype in INT_RANGE:
             step = ("alu", BITWISE[node.op], operands, dt)
         elif node.op in ACT:
-            step = ("act", ACT[node.op], operands, work)
+            step = ("act", ACT[node.op], (*operands, *_zero_bias(ACT[node.op])), work)
         elif node.op == "compare" and (node.attrs.get("compare_type", "FLOAT") in _COMPARE_TYPES or
                                        node.inputs[0].type.dtype not in ("f32", "bf16", "f16")):
             step = ("alu", CMP[node.attrs["comparison_direction"]], operands, dt)
@@ -733,7 +734,7 @@ class _Builder:
         for k, (kind, op, operands, dt) in enumerate(self.steps):
             if kind != "act" or self.phases[k] != "block" or dt != "fp32":
                 continue
-            (x,) = operands
+            x = operands[0]              # and ``_zero_bias``'s -0, which the subtracted column replaces
             if x[0] == "tmp" and readers.get(x[1]) == [k] and x[1] not in kept and self.phases[x[1]] == "block":
                 skind, sop, (a, *rest), sdt = self.steps[x[1]]
                 c = rest[0] if rest else ("imm", 0.0)
@@ -970,13 +971,63 @@ def _shift(kind: str) -> Callable[[_Builder, tuple[Ref, ...], str, str], Ref | N
     return build
 
 
+def _zero_bias(func: str) -> tuple[Ref, ...]:
+    """The bias operand of an activation of ``func``: -0.0 where f(-0) = -0 (``recipe.ZERO_SIGNED``), else none."""
+    return (("imm", -0.0),) if func in ZERO_SIGNED else ()
+
+
+_PI = float(np.float32(np.pi))          # fl(π): 0.73 · 2**-23 above π
+
+
+def _atan2(b: _Builder, operands: tuple[Ref, ...], out: str, result: str) -> Ref | None:
+    """``atan2(y, x)`` with IEEE's signed zeros, infinities and NaN (``ir.semantics``: f64 ``arctan2``, rounded
+    once): ScalarE's ``arctan`` of ``q = y / x``, plus ``copysign(π, y)`` where ``x``'s sign bit is set (``min(x,
+    1 / x) < 0`` finds -0 and -inf too). ``y / x`` is NaN for two zeros or two infinities, where ``clamp(y · x,
+    -1, 1)`` stands in (±0 or ±1, signed as the quotient: ``atan2(±0, ±0)`` is ``atan2(±0, ±1)``, ``atan2(±inf,
+    ±inf)`` is ``atan2(±1, ±1)``). Where ``x`` is negative, ``q`` and so ``t = arctan(q)`` have ``y``'s opposite
+    sign, so ``copysign(π, y) = -fl(π) · clamp(2 / t, -1, 1)`` (``|t| ≤ π/2``: ±1, a zero's sign included).
+
+    Error bound, from the method: ``fl(y / x)`` is within 2**-24 relative of ``y / x``, which arctan carries to
+    ``t`` damped (``|q / ((1 + q²) atan q)| ≤ 1``): under 1 ulp of ``t``, plus ½ for ``arctan``'s own rounding.
+    For ``x > 0`` that is the result: under 1.5 ulp from ``atan2``, so at most 1 ulp from the correctly rounded
+    fp32 value (0 for an immediate ``x = 1``, ``chlo.atan``: one rounding). For ``x < 0``, ``|r| ≥ π/2`` (ulp at
+    least 2**-23, ``t``'s at most): ``t``'s 1.5 ulp, ``fl(π)``'s 0.73 and the sum's rounding ½ keep ``r`` under
+    2.75 ulp from ``atan2``: at most 3 ulp from the correctly rounded value. A narrower result rounds that fp32
+    value once more: at most 1 ulp from the correctly rounded bf16 / f16 value."""
+    y, x = (b.alu("mul", b.const(1.0, "fp32"), o, "fp32", "full")
+            if result == "full" and o[0] != "imm" and b.kind(o) in ("col", "sc") else o for o in operands)
+    dt = DSL_DTYPE[out]
+
+    def step(kind: str, op: str, args: tuple[Ref, ...], dtype: str = "fp32") -> Ref:
+        return b.push((kind, op, args, dtype), _combine({b.kind(r) for r in args if r[0] != "imm"}))
+
+    fixed = x[0] == "imm" and np.isfinite(x[1]) and x[1] != 0.0     # y / x NaN only for a NaN y
+    q = y if x == ("imm", 1.0) else step("alu", "div", (y, x))
+    if not fixed:
+        product = step("alu", "mul", (y, x))
+        clamped = step("alu", "min", (step("alu", "max", (product, ("imm", -1.0))), ("imm", 1.0)))
+        q = step("select", "select", (step("alu", "ne", (q, q), "uint8"), clamped, q))
+    negative = bool(np.signbit(x[1])) if x[0] == "imm" else None
+    if negative is False:
+        return step("act", "arctan", (q, *_zero_bias("arctan")), dt)
+    t = step("act", "arctan", (q, *_zero_bias("arctan")))
+    sign = step("alu", "min", (step("alu", "max", (step("alu", "div", (("imm", 2.0), t)), ("imm", -1.0))),
+                               ("imm", 1.0)))
+    turned = step("alu", "sub", (t, step("alu", "mul", (sign, ("imm", _PI)))), dt if negative else "fp32")
+    if negative:
+        return turned
+    reciprocal = step("alu", "div", (("imm", 1.0), x))
+    below = step("alu", "lt", (step("alu", "min", (x, reciprocal)), ("imm", 0.0)), "uint8")
+    return step("select", "select", (below, turned, t), dt)
+
+
 # (StableHLO op, on floats) → the steps of an op without one instruction of its own
 _COMPOSED: dict[tuple[str, bool], Callable[[_Builder, tuple[Ref, ...], str, str], Ref | None]] = {
     ("floor", True): _floor, ("ceil", True): _ceil, ("round_nearest_even", True): _round_even,
     ("sign", True): _float_sign, ("sign", False): _int_sign, ("not", False): _int_not,
     ("divide", False): _int_divide, ("remainder", False): _int_remainder, ("round_nearest_afz", True): _round_away,
     ("shift_left", False): _shift("left"), ("shift_right_logical", False): _shift("logical"),
-    ("shift_right_arithmetic", False): _shift("arithmetic"),
+    ("shift_right_arithmetic", False): _shift("arithmetic"), ("atan2", True): _atan2,
 }
 
 

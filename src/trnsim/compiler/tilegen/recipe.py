@@ -24,7 +24,12 @@ ALU: dict[str, str] = {"add": "add", "subtract": "sub", "multiply": "mul", "divi
                        "minimum": "min", "power": "pow", "remainder": "mod"}   # mod: fmod, exact
 BITWISE: dict[str, str] = {"and": "and", "or": "or", "xor": "xor"}   # on i1 (uint8 masks) and integers
 ACT: dict[str, str] = {"exponential": "exp", "log": "log", "tanh": "tanh", "logistic": "sigmoid", "sqrt": "sqrt",
-                       "rsqrt": "rsqrt", "abs": "abs", "negate": "neg"}
+                       "rsqrt": "rsqrt", "abs": "abs", "negate": "neg", "sine": "sin", "cosine": "cos", "tan": "tan",
+                       "log_plus_one": "log1p", "exponential_minus_one": "expm1", "cbrt": "cbrt"}
+# (atan2 is composed from ScalarE's ``arctan``: ``build._atan2``)
+# NOTE: ScalarE computes ``func(x * scale + bias)`` (isa.Activation), and the default bias +0 turns -0 into +0;
+# functions with f(-0) = -0 get the bias -0.0 instead, which keeps every input (x + (-0) = x, -0 + (-0) = -0)
+ZERO_SIGNED: frozenset[str] = frozenset({"sin", "tan", "arctan", "log1p", "expm1", "cbrt"})
 CMP: dict[str, str] = {"EQ": "eq", "NE": "ne", "GT": "gt", "GE": "ge", "LT": "lt", "LE": "le"}
 # i1 masks are 0/1 bytes; integers compute exactly through VectorE's fp32 below 2**24
 DSL_DTYPE: dict[str, str] = {"f32": "fp32", "bf16": "bf16", "f16": "fp16", "i1": "uint8", "i8": "int8", "i16": "int16",
