@@ -1217,3 +1217,17 @@ def test_atan2_of_narrow_types_is_within_one_of_their_ulps(dtype: str) -> None:
     wide_y, wide_x = (v.astype(np.float32).reshape(-1) for v in (y, x))
     edges = ~np.isfinite(wide_y) | ~np.isfinite(wide_x) | (wide_y == 0) | (wide_x == 0)
     np.testing.assert_array_equal(got.astype(np.float32)[edges], want.astype(np.float32)[edges])
+
+
+def test_activations_keep_the_sign_of_zero() -> None:
+    """``-x``, ``tanh``, ``sqrt`` and ``rsqrt`` of ±0 are bit for bit the interpreter's (-(-0) = +0, tanh(-0) =
+    sqrt(-0) = -0, rsqrt(-0) = -inf): their activations take the bias -0.0, as the default +0 would make -0 into +0
+    before the function."""
+    x = np.resize(np.asarray([-0.0, 0.0, 1.5, -2.0, np.inf, -np.inf, np.nan, 4.0], np.float32), (8, 128)).copy()
+
+    def f(x: jax.Array) -> tuple[jax.Array, ...]:
+        return -x, jnp.tanh(x), jnp.sqrt(x), jax.lax.rsqrt(x)
+
+    recipes = _exact(f, x)
+    acts = {s[1]: s[2][1:] for r in recipes for s in r.steps if s[0] == "act"}
+    assert acts == dict.fromkeys(["neg", "tanh", "sqrt", "rsqrt"], (("imm", -0.0),))

@@ -972,7 +972,7 @@ def _shift(kind: str) -> Callable[[_Builder, tuple[Ref, ...], str, str], Ref | N
 
 
 def _zero_bias(func: str) -> tuple[Ref, ...]:
-    """The bias operand of an activation of ``func``: -0.0 where f(-0) = -0 (``recipe.ZERO_SIGNED``), else none."""
+    """The bias operand of an activation of ``func``: -0.0 where f(-0) ≠ f(+0) (``recipe.ZERO_SIGNED``), else none."""
     return (("imm", -0.0),) if func in ZERO_SIGNED else ()
 
 

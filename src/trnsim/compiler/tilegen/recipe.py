@@ -28,8 +28,10 @@ ACT: dict[str, str] = {"exponential": "exp", "log": "log", "tanh": "tanh", "logi
                        "log_plus_one": "log1p", "exponential_minus_one": "expm1", "cbrt": "cbrt"}
 # (atan2 is composed from ScalarE's ``arctan``: ``build._atan2``)
 # NOTE: ScalarE computes ``func(x * scale + bias)`` (isa.Activation), and the default bias +0 turns -0 into +0;
-# functions with f(-0) = -0 get the bias -0.0 instead, which keeps every input (x + (-0) = x, -0 + (-0) = -0)
-ZERO_SIGNED: frozenset[str] = frozenset({"sin", "tan", "arctan", "log1p", "expm1", "cbrt"})
+# functions with f(-0) ≠ f(+0) get the bias -0.0 instead, which keeps every input (x + (-0) = x, -0 + (-0) = -0):
+# f(-0) = -0 (sin, tan, arctan, log1p, expm1, cbrt, tanh, sqrt), neg(-0) = +0, rsqrt(-0) = -inf
+ZERO_SIGNED: frozenset[str] = frozenset({"sin", "tan", "arctan", "log1p", "expm1", "cbrt", "tanh", "sqrt", "neg",
+                                         "rsqrt"})
 CMP: dict[str, str] = {"EQ": "eq", "NE": "ne", "GT": "gt", "GE": "ge", "LT": "lt", "LE": "le"}
 # i1 masks are 0/1 bytes; integers compute exactly through VectorE's fp32 below 2**24
 DSL_DTYPE: dict[str, str] = {"f32": "fp32", "bf16": "bf16", "f16": "fp16", "i1": "uint8", "i8": "int8", "i16": "int16",
