@@ -53,17 +53,22 @@ def scatter_reference(x: np.ndarray, source: np.ndarray, size: list[int], stride
 
 @st.composite
 def windows(draw: st.DrawFn, dilation: bool = True) -> dict[str, object]:
-    """An NHWC-style window over two adjacent axes, or a 1-D one (rank 2 or 3), that fits its padded input."""
-    layout = draw(st.sampled_from(["nhwc", "nlc", "hw"]))
-    spatial = 1 if layout == "nlc" else 2
+    """An NHWC-style window over two adjacent axes, an NDHWC-style one over three, one over two axes with one
+    between (``gap``: its window of one), or a 1-D one (rank 2 or 3), that fits its padded input."""
+    layout = draw(st.sampled_from(["nhwc", "nlc", "hw", "ndhwc", "gap"]))
+    spatial = {"nlc": 1, "ndhwc": 3, "gap": 3}.get(layout, 2)
+    small = 3 if spatial == 3 else 9       # (3-D windows: small volumes, fast tests)
     size = [draw(st.integers(1, 3)) for _ in range(spatial)]
     stride = [draw(st.integers(1, 3)) for _ in range(spatial)]
     dil = [draw(st.integers(1, 2)) if dilation else 1 for _ in range(spatial)]
     pad = [(draw(st.integers(0, 2)), draw(st.integers(0, 2))) for _ in range(spatial)]
-    dims = [max(draw(st.integers(1, 9)), (k - 1) * d + 1) for k, d in zip(size, dil, strict=True)]
+    if layout == "gap":
+        size[1], stride[1], dil[1], pad[1] = 1, 1, 1, (0, 0)
+    dims = [max(draw(st.integers(1, small)), (k - 1) * d + 1) for k, d in zip(size, dil, strict=True)]
     if layout == "hw":
         return {"shape": dims, "size": size, "stride": stride, "pad": pad, "dilation": dil}
-    n, c = draw(st.sampled_from([1, 2, 5, 40, 130])), draw(st.sampled_from([1, 3, 8, 64, 130]))
+    n = draw(st.sampled_from([1, 2, 5, 40, 130] if spatial < 3 else [1, 2]))
+    c = draw(st.sampled_from([1, 3, 8, 64, 130] if spatial < 3 else [1, 3]))
     one = [(0, 0)]
     return {"shape": [n, *dims, c], "size": [1, *size, 1], "stride": [1, *stride, 1], "pad": one + pad + one,
             "dilation": [1, *dil, 1]}
@@ -171,10 +176,46 @@ def test_pool_grad_is_jax_max_pool_gradient(shape: tuple[int, ...], window: tupl
     np.testing.assert_allclose(got, np.asarray(want), rtol=1e-6, atol=1e-6)
 
 
-def test_three_windowed_axes_are_an_error() -> None:
-    with pytest.raises(KernelError, match="two adjacent axes"):
-        reduce_window(np.zeros((2, 4, 6)), [2, 2, 2])
-    assert pool_module.canonical((2, 4, 6), [2, 1, 2], [1, 1, 1], [(0, 0)] * 3, [1] * 3) is None
+def test_windows_spanning_four_axes_are_an_error() -> None:
+    with pytest.raises(KernelError, match="three adjacent"):
+        reduce_window(np.zeros((2, 4, 6, 3)), [2, 1, 1, 2])
+    assert pool_module.canonical((2, 4, 6, 3), [2, 2, 2, 2], [1] * 4, [(0, 0)] * 4, [1] * 4) is None
+    assert pool_module.canonical((2, 4, 6), [2, 1, 2], [1, 1, 1], [(0, 0)] * 3, [1] * 3) is not None
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.uint8, np.int16, np.uint16])
+def test_small_integer_sums_wrap_exactly(dtype: type) -> None:
+    """StableHLO's integer add wraps: the sums made in int32, their low bits kept (3-D windows, padding)."""
+    info = np.iinfo(dtype)
+    x = np.random.default_rng(8).integers(info.min, info.max, (2, 3, 7, 6, 5), endpoint=True).astype(dtype)
+    size, stride, pad = (1, 2, 3, 3, 1), (1, 1, 2, 2, 1), [(0, 0), (0, 1), (1, 1), (1, 0), (0, 0)]
+    win = pool_module.canonical(x.shape, size, stride, pad, [1] * 5)
+    assert win is not None
+    got = trnsim.run_kernel(pool_module.pool_kernel, x.reshape(-1, *win.shape[1:]), size=win.size,
+                            stride=win.stride, pad=win.pad, op="add", init=3.0, depth=win.depth).outputs[0]
+    padded = np.pad(x.astype(np.int64), pad, constant_values=3)     # StableHLO pads with the init, folds it once
+    want = (np.asarray(jax.lax.reduce_window(padded, 0, jax.lax.add, size, stride, "VALID")) + 3).astype(dtype)
+    np.testing.assert_array_equal(got.reshape(want.shape), want.astype(np.int64))
+
+
+@pytest.mark.parametrize("dtype,select", [(np.int8, "GE"), (np.uint8, "GT"), (np.int16, "LE"), (np.uint16, "GE")])
+@pytest.mark.parametrize("size,stride", [((1, 2, 3, 3, 1), (1, 1, 2, 2, 1)), ((1, 2, 2, 2, 1), (1, 2, 2, 2, 1))])
+def test_small_integer_gradients_wrap_exactly(dtype: type, select: str, size: tuple[int, ...],
+                                              stride: tuple[int, ...]) -> None:
+    """Integer select_and_scatter (SIGNED/UNSIGNED compares are exact in fp32): shares summed in int32, wrapped."""
+    info = np.iinfo(dtype)
+    rng = np.random.default_rng(9)
+    x = rng.integers(info.min, info.max, (2, 3, 7, 6, 5), endpoint=True).astype(dtype)
+    source = rng.integers(info.min, info.max, _out_shape(list(x.shape), list(size), list(stride), [(0, 0)] * 5),
+                          endpoint=True).astype(dtype)
+    win = pool_module.canonical(x.shape, size, stride, [(0, 0)] * 5, [1] * 5)
+    assert win is not None
+    got = trnsim.run_kernel(pool_module.pool_grad_kernel, x.reshape(-1, *win.shape[1:]),
+                            source.reshape(-1, *win.out, win.shape[3]), size=win.size, stride=win.stride,
+                            select=select, depth=win.depth).outputs[0]
+    want = scatter_reference(x.astype(np.int64), source.astype(np.int64), list(size), list(stride), [(0, 0)] * 5,
+                             select).astype(np.int64).astype(dtype)
+    np.testing.assert_array_equal(got.reshape(x.shape), want.astype(np.int64))
 
 
 def test_doctests() -> None:

@@ -1,13 +1,14 @@
 """Pooling steps: ``reduce_window`` and ``select_and_scatter`` lowered to the library's pool kernels.
 
-A ``reduce_window`` of one fp32/bf16/fp16 operand whose body is one ``add``, ``maximum`` or ``minimum`` of its
-two arguments (or the ``maximum``/``minimum`` of 8- or 16-bit integers: ``EXACT_INTS``), whose init value is a
-constant, with no base dilation, no negative padding, and a window along one axis or two adjacent ones
+A ``reduce_window`` of one fp32/bf16/fp16 or 8-/16-bit integer (``EXACT_INTS``) operand whose body is one
+``add``, ``maximum`` or ``minimum`` of its two arguments, whose init value is a constant, with no base
+dilation, no negative padding, and a window along axes within three adjacent ones
 (``trnsim.kernels.pool.canonical``: ``flax``-style ``max_pool``/``avg_pool`` on NHWC, 1-D windows, 2-D
-arrays), runs as ``pool_kernel``; a ``select_and_scatter`` of fp32/bf16/fp16 with such a window whose select
-is one ``compare`` ``GE``/``GT``/``LE``/``LT`` (FLOAT) of its arguments in order and whose scatter is one
-``add`` (what ``jax.grad`` of a max pool emits) runs as ``pool_grad_kernel``. The step's time is the
-kernel's, timed by the instruction-level model (timing-only); every other form keeps the analytic cost
+arrays, 3-D pools of volumes and video on NDHWC, two windowed axes one apart) runs as ``pool_kernel``; a
+``select_and_scatter`` of such a type and window whose select is one ``compare`` ``GE``/``GT``/``LE``/``LT``
+of its arguments in order (FLOAT, or SIGNED/UNSIGNED as the integer type: ``COMPARE_TYPE``) and whose
+scatter is one ``add`` (what ``jax.grad`` of a max pool emits) runs as ``pool_grad_kernel``. The step's time
+is the kernel's, timed by the instruction-level model (timing-only); every other form keeps the analytic cost
 (``costs``), as does one the kernel cannot trace (a window row too wide for SBUF, or more than
 ``MAX_TAP_OPS`` tap instructions, as ``jnp.cumsum``'s whole-axis window: the ``pool_fallbacks`` statistic).
 
@@ -31,11 +32,14 @@ from trnsim.compiler.kernel_timing import TileTime, extrapolate, linear_fit, tim
 from trnsim.dsl.errors import KernelError
 from trnsim.ir.graph import Graph, Node, Value
 from trnsim.ir.semantics.reduce import simple_combiner
+from trnsim.kernels.pool import FLAT, Depth
 
 DSL_DTYPE = {"f32": "fp32", "bf16": "bf16", "f16": "fp16"}
-# NOTE: VectorE computes in fp32, exact for integers of up to 16 bits: their max and min (not their sums,
-# which wrap in StableHLO) run as the kernel too; the init is then the type's limit, not ±inf (padding with it)
+# NOTE: VectorE computes in fp32, exact for integers of up to 16 bits: their max and min, their sums (made in
+# int32 and wrapped as StableHLO's: ``kernels.pool.WRAP``) and their select_and_scatter run as the kernels
+# too; the init is then the type's limit, not ±inf (padding with it)
 EXACT_INTS = {"i8": "int8", "ui8": "uint8", "i16": "int16", "ui16": "uint16"}
+COMPARE_TYPE = {"i8": "SIGNED", "i16": "SIGNED", "ui8": "UNSIGNED", "ui16": "UNSIGNED"}    # else FLOAT
 REDUCE_OP = {"add": "add", "maximum": "max", "minimum": "min"}     # reduce_window body → pool_kernel op
 SAMPLE_BANDS = 256     # bands of the smaller sample: two tiles of 128
 # NOTE: a window of thousands of taps (jnp.cumsum's reduce_window on the CPU lowering: the whole axis, padded
@@ -48,7 +52,8 @@ PARTITIONS = 128
 class Pool:
     """A pool kernel's arguments: ``select`` None for ``pool_kernel`` (``op``, ``init``: None when it is
     ``op``'s identity, ``dilation``), a compare direction for ``pool_grad_kernel`` (``init``: its value); the
-    canonical ``[N, H, W, C]`` shape and the window along ``H, W``."""
+    canonical ``[N, H, W, C]`` shape (``N`` images, each of ``depth.planes`` planes) and the window along
+    ``H, W`` and ``depth``."""
 
     shape: tuple[int, int, int, int]
     size: tuple[int, int]
@@ -60,6 +65,7 @@ class Pool:
     init: float | None
     select: str | None = None
     rows: int = 0          # the band height to start from (the kernels' ``rows``; 0: the kernel's choice)
+    depth: Depth = FLAT
 
     def with_images(self, n: int) -> Pool:
         return replace(self, shape=(n, *self.shape[1:]))
@@ -83,12 +89,13 @@ def _window(node: Node, x: Value, dilation: list[int]) -> Any:
     return canonical(tuple(x.type.shape), size, stride, pad, dilation)
 
 
-def _compare(region: Graph) -> str | None:
-    """The direction of a select region that is one FLOAT ``compare`` of its arguments in order."""
+def _compare(region: Graph, dtype: str) -> str | None:
+    """The direction of a select region that is one ``compare`` of its arguments in order, of the type for
+    ``dtype`` (``COMPARE_TYPE``)."""
     if len(region.nodes) != 1 or len(region.params) != 2 or len(region.results) != 1:
         return None
     (cmp,) = region.nodes
-    if (cmp.op != "compare" or cmp.attrs.get("compare_type", "FLOAT") != "FLOAT"
+    if (cmp.op != "compare" or cmp.attrs.get("compare_type", "FLOAT") != COMPARE_TYPE.get(dtype, "FLOAT")
             or [v.id for v in cmp.inputs] != [p.id for p in region.params] or region.results[0] is not cmp.out):
         return None
     return str(cmp.attrs.get("comparison_direction"))
@@ -96,7 +103,7 @@ def _compare(region: Graph) -> str | None:
 
 def pool_for(node: Node) -> Pool | None:
     """The pool kernel's arguments if one computes ``node`` (module docstring); else None."""
-    from trnsim.kernels.pool import IDENTITY, SELECT
+    from trnsim.kernels.pool import IDENTITY, MAX_INT_TERMS, SELECT
 
     if node.op == "reduce_window" and len(node.inputs) == 2 and len(node.regions) == 1:
         x, init_v = node.inputs
@@ -105,26 +112,28 @@ def pool_for(node: Node) -> Pool | None:
         rank = len(x.type.shape)
         base = [int(d) for d in node.attrs.get("base_dilations") or [1] * rank]
         dilation = [int(d) for d in node.attrs.get("window_dilations") or [1] * rank]
-        dtype = DSL_DTYPE.get(x.type.dtype) or (EXACT_INTS.get(x.type.dtype) if op != "add" else None)
+        dtype = DSL_DTYPE.get(x.type.dtype) or EXACT_INTS.get(x.type.dtype)
         if op is None or init is None or dtype is None or any(d != 1 for d in base) or np.isnan(init):
             return None
         win = _window(node, x, dilation)
-        if win is None:
+        if win is None or (op == "add" and x.type.dtype in EXACT_INTS
+                           and math.prod(win.size) * win.depth.size + 1 > MAX_INT_TERMS):
             return None
         return Pool(win.shape, win.size, win.stride, win.pad, win.dilation, dtype, op,
-                    None if init == IDENTITY[op] else init)
+                    None if init == IDENTITY[op] else init, depth=win.depth)
     if node.op == "select_and_scatter" and len(node.inputs) == 3 and len(node.regions) == 2:
         x, source, init_v = node.inputs
-        select = _compare(node.regions[0])
+        select = _compare(node.regions[0], x.type.dtype)
         init = _scalar_constant(init_v)
-        dtype = DSL_DTYPE.get(x.type.dtype)
+        dtype = DSL_DTYPE.get(x.type.dtype) or EXACT_INTS.get(x.type.dtype)
         if (select not in SELECT or simple_combiner(node.regions[1]) != "add" or init is None or dtype is None
                 or source.type.dtype != x.type.dtype or not np.isfinite(init)):
             return None
         win = _window(node, x, [1] * len(x.type.shape))
-        if win is None:
+        if win is None or (x.type.dtype in EXACT_INTS and math.prod(win.size) * win.depth.size > MAX_INT_TERMS):
             return None
-        return Pool(win.shape, win.size, win.stride, win.pad, win.dilation, dtype, "add", init, select)
+        return Pool(win.shape, win.size, win.stride, win.pad, win.dilation, dtype, "add", init, select,
+                    depth=win.depth)
     return None
 
 
@@ -133,13 +142,16 @@ def pool_time(target: str, pool: Pool) -> TileTime:
     from trnsim.kernels.pool import Scatter, Window, forward_plan, start_rows
 
     n = pool.shape[0]
-    win = Window(pool.shape, pool.size, pool.stride, pool.pad, pool.dilation)
-    rows = start_rows(win.out[0], n, PARTITIONS)
+    win = Window(pool.shape, pool.size, pool.stride, pool.pad, pool.dilation, pool.depth)
+    planes = win.depth.out if pool.select is None else win.depth.groups     # bands of an image: planes × rows
+    rows = start_rows(win.out[0], n * planes, PARTITIONS)
     plan = (forward_plan(win, pool.dtype, pool.op, PARTITIONS, rows) if pool.select is None else
             Scatter.of(win, pool.dtype, pool.dtype, pool.init or 0.0).plan(PARTITIONS, rows))
-    small = -(-SAMPLE_BANDS // plan.bands)      # (tiles of bands repeat per column block and channel chunk)
+    small = -(-SAMPLE_BANDS // (plan.bands * planes))   # (tiles of bands repeat per column block and channel chunk)
     images = n if n <= 2 * small else 3 * small
-    ops = math.prod(pool.size) * plan.blocks * -(-images * plan.bands // PARTITIONS) * -(-pool.shape[3] // plan.chunk)
+    windows = 1 if pool.select is None else win.depth.lead + 1      # the gradient's depth windows a band
+    ops = (math.prod(pool.size) * pool.depth.size * windows * plan.blocks
+           * -(-images * planes * plan.bands // PARTITIONS) * -(-pool.shape[3] // plan.chunk))
     if ops > MAX_TAP_OPS:
         raise KernelError(f"a {pool.size} window over {pool.shape}: about {ops} tap instructions to trace",
                           where="compiler.poolgen", hint=f"the step keeps the analytic cost above {MAX_TAP_OPS}")
@@ -156,14 +168,15 @@ def _timed(target: str, pool: Pool) -> TileTime:
     import trnsim
     from trnsim.kernels.pool import Window, pool_grad_kernel, pool_kernel
 
-    spec: Any = trnsim.TensorSpec(pool.shape, pool.dtype)     # shapes, no data: timing only
+    n, h, w, c = pool.shape
+    spec: Any = trnsim.TensorSpec((n * pool.depth.planes, h, w, c), pool.dtype)     # shapes, no data: timing only
     if pool.select is None:
         return time_kernel(pool_kernel, spec, target=target, size=pool.size, stride=pool.stride, pad=pool.pad,
-                           dilation=pool.dilation, op=pool.op, init=pool.init, rows=pool.rows)
+                           dilation=pool.dilation, op=pool.op, init=pool.init, rows=pool.rows, depth=pool.depth)
     oh, ow = Window(pool.shape, pool.size, pool.stride, pool.pad, pool.dilation).out
-    source: Any = trnsim.TensorSpec((pool.shape[0], oh, ow, pool.shape[3]), pool.dtype)
+    source: Any = trnsim.TensorSpec((n * pool.depth.out, oh, ow, c), pool.dtype)
     return time_kernel(pool_grad_kernel, spec, source, target=target, size=pool.size, stride=pool.stride,
-                       pad=pool.pad, select=pool.select, init=pool.init or 0.0, rows=pool.rows)
+                       pad=pool.pad, select=pool.select, init=pool.init or 0.0, rows=pool.rows, depth=pool.depth)
 
 
 def pool_cost(timed: TileTime, cost: StepCost) -> None:
