@@ -1,6 +1,6 @@
-"""Convolution steps: 1-D and 2-D convolutions, grouped and depthwise ones among them (forward and JAX's two
-gradients) lower to the library's conv kernel and take its timed run; other convolutions (3-D, integer) keep
-the analytic cost; large batches (and many batch groups) are sampled."""
+"""Convolution steps: 1-D, 2-D and 3-D convolutions, grouped and depthwise ones among them (forward and JAX's
+two gradients) lower to the library's conv kernel and take its timed run; other convolutions (fp16, integer)
+keep the analytic cost; large batches (and many batch groups) are sampled."""
 
 from __future__ import annotations
 
@@ -69,8 +69,9 @@ def test_bf16_convolution_is_a_kernel() -> None:
     (("NCW", "OIW", "NCW"), (2, 6, 20), (6, 1, 4), 6),                 # 1-D depthwise (a Hyena/Mamba short conv)
     (("NHWC", "HWIO", "NHWC"), (2, 8, 8, 8), (3, 3, 2, 12), 4),        # grouped (ResNeXt)
     (("NHWC", "HWIO", "NHWC"), (2, 8, 8, 8), (3, 3, 1, 8), 8),         # depthwise (MobileNet)
+    (("NDHWC", "DHWIO", "NDHWC"), (1, 4, 6, 6, 3), (3, 3, 3, 3, 4), 1),  # 3-D (video)
 ])
-def test_1d_and_grouped_training_convolutions_are_kernels(dn: tuple[str, str, str], x_shape: tuple[int, ...],
+def test_1d_3d_and_grouped_training_convolutions_are_kernels(dn: tuple[str, str, str], x_shape: tuple[int, ...],
                                                           w_shape: tuple[int, ...], groups: int) -> None:
     """The forward convolution and JAX's two gradients (a grouped one's weight gradient has batch groups) lower
     to the conv kernel, no analytic ``conv_matmul`` step, and the jitted program matches JAX."""
@@ -92,9 +93,8 @@ def test_1d_and_grouped_training_convolutions_are_kernels(dn: tuple[str, str, st
 
 
 @pytest.mark.parametrize("fn,shapes,dtype", [
-    (lambda x, w: jax.lax.conv_general_dilated(x, w, (1, 1, 1), "SAME",
-                                               dimension_numbers=("NDHWC", "DHWIO", "NDHWC")),
-     ((1, 4, 6, 6, 3), (3, 3, 3, 3, 4)), jnp.float32),              # 3-D
+    (lambda x, w: jax.lax.conv_general_dilated(x, w, (1, 1), "SAME", dimension_numbers=DN),
+     ((2, 8, 8, 4), (3, 3, 4, 6)), jnp.float16),                   # fp16 operands
     (lambda x, w: jax.lax.conv_general_dilated(x, w, (1, 1), "SAME", dimension_numbers=DN),
      ((2, 8, 8, 4), (3, 3, 4, 6)), jnp.int32),                     # integer operands
 ])

@@ -1,7 +1,8 @@
 """The convolution kernel against ``jax.lax.conv_general_dilated``: random shapes, strides, paddings (negative
 ones crop), input and window dilations, both TensorE mappings (taps stacked on the partitions for few
 channels, one tap a matmul for many), the layouts of JAX's gradient convolutions, 1-D convolutions (a unit H
-axis), feature groups (block-diagonal stationaries; depthwise: diagonal ones) and batch groups; bit-exact on small
+axis), 3-D ones (kernel planes into the same PSUM tiles), feature groups (block-diagonal stationaries;
+depthwise: diagonal ones) and batch groups; bit-exact on small
 integers in fp32, within bf16's rounding of the result otherwise."""
 
 from __future__ import annotations
@@ -178,8 +179,8 @@ def _run(x: np.ndarray, w: np.ndarray, c: convgen.Conv, dtype: str = "fp32") -> 
 
 @st.composite
 def grouped(draw: st.DrawFn) -> convgen.Conv:
-    """A 1-D or 2-D convolution in NHWC/HWIO of feature groups (depthwise among them) or batch groups."""
-    rank = draw(st.integers(1, 2))
+    """A 1-D, 2-D or 3-D convolution in NHWC/HWIO of feature groups (depthwise among them) or batch groups."""
+    rank = draw(st.integers(1, 3))
     groups = draw(st.sampled_from([1, 2, 3, 4]))
     depthwise = draw(st.booleans())
     per_group = 1 if depthwise else draw(st.sampled_from([1, 3, 40]))
@@ -188,7 +189,7 @@ def grouped(draw: st.DrawFn) -> convgen.Conv:
     batch = draw(st.booleans()) and not depthwise
     co = groups * draw(st.sampled_from([1, 2, 5]))
     n = groups * draw(st.integers(1, 2)) if batch else draw(st.integers(1, 2))
-    sizes = [draw(st.integers(3, 8)) for _ in range(rank)]
+    sizes = [draw(st.integers(3, 8 if rank < 3 else 4)) for _ in range(rank)]
     window = [draw(st.integers(1, 3)) for _ in range(rank)]
     stride = tuple(draw(st.integers(1, 2)) for _ in range(rank))
     lhs = tuple(draw(st.integers(1, 2)) for _ in range(rank))
@@ -201,9 +202,9 @@ def grouped(draw: st.DrawFn) -> convgen.Conv:
                         axes, axes, stride, padding, lhs, rhs, 1 if batch else groups, groups if batch else 1)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=30, deadline=None)
 @given(grouped(), st.integers(0, 2**31))
-def test_1d_and_grouped_convolutions_are_exact_on_small_integers(c: convgen.Conv, seed: int) -> None:
+def test_1d_3d_and_grouped_convolutions_are_exact_on_small_integers(c: convgen.Conv, seed: int) -> None:
     rng = np.random.default_rng(seed)
     x = rng.integers(-3, 4, c.x_shape).astype(np.float32)
     w = rng.integers(-3, 4, c.w_shape).astype(np.float32)
@@ -236,8 +237,10 @@ def test_grouped_and_1d_bf16_within_the_result_rounding(x_shape: tuple[int, ...]
     (("NHWC", "HWIO", "NHWC"), (2, 6, 6, 8), (3, 3, 2, 8), 1, 4),     # grouped
     (("NHWC", "HWIO", "NHWC"), (2, 7, 7, 6), (3, 3, 1, 6), 2, 6),     # depthwise
     (("NCHW", "OIHW", "NCHW"), (2, 4, 5, 5), (4, 1, 3, 3), 1, 4),     # depthwise, channels first
+    (("NDHWC", "DHWIO", "NDHWC"), (2, 4, 5, 5, 3), (3, 3, 3, 3, 4), 1, 1),   # 3-D
+    (("NCDHW", "OIDHW", "NCDHW"), (1, 6, 5, 4, 4), (6, 2, 2, 3, 3), 2, 3),   # 3-D grouped, channels first
 ])
-def test_gradient_convolutions_of_1d_and_grouped_run_in_jax_layouts(
+def test_gradient_convolutions_of_1d_3d_and_grouped_run_in_jax_layouts(
         dn: tuple[str, str, str], x_shape: tuple[int, ...], w_shape: tuple[int, ...], stride: int,
         groups: int) -> None:
     """Every convolution of JAX's training program (forward, input and weight gradient: batch groups for a

@@ -1,12 +1,13 @@
 """Convolution steps: a StableHLO ``convolution`` lowered to the library's ``conv_kernel``.
 
-A 1-D or 2-D convolution (3-D or 4-D operands), no window reversal (JAX emits a separate ``reverse``), fp32
+A 1-D, 2-D or 3-D convolution (3-D to 5-D operands), no window reversal (JAX emits a separate ``reverse``), fp32
 or bf16 operands of one type and an fp32/bf16 result runs as ``trnsim.kernels.conv.conv_kernel`` in whatever
 layout its ``dimension_numbers`` give: the forward convolution and both gradients JAX emits (the input
 gradient with ``lhs_dilation`` and the kernel's ``I``/``O`` swapped, the weight gradient with batch and
 feature swapped), with any ``feature_group_count`` (grouped and depthwise convolutions: block-diagonal
 stationaries) or ``batch_group_count`` (the weight gradient of a grouped one: a convolution a group). A 1-D
-convolution is the kernel's 2-D one of a unit H axis. Its time is the kernel's, timed
+convolution is the kernel's 2-D one of a unit H axis; a 3-D one accumulates its kernel's depth planes into the
+same PSUM tiles. Its time is the kernel's, timed
 by the instruction-level model (timing-only); every other convolution keeps the analytic cost (``costs``), as
 does a convolution fused with a prologue or epilogue, and one the kernel cannot trace (a weight gradient
 whose whole window does not fit SBUF, for one: counted in the ``conv_fallbacks`` statistic).
@@ -80,7 +81,7 @@ def conv_for(node: Node) -> Conv | None:
     x, w = node.inputs
     a = node.attrs
     dtype, out_dtype = DSL_DTYPE.get(x.type.dtype), DSL_DTYPE.get(node.out.type.dtype)
-    if (dtype is None or out_dtype is None or w.type.dtype != x.type.dtype or len(x.type.shape) not in (3, 4)
+    if (dtype is None or out_dtype is None or w.type.dtype != x.type.dtype or len(x.type.shape) not in (3, 4, 5)
             or any(a.get("window_reversal") or ()) or "operand_format" in a):
         return None
     d = a["dimension_numbers"]
@@ -103,17 +104,19 @@ def conv_for(node: Node) -> Conv | None:
 
 
 def geometry(conv: Conv) -> Geometry:
-    """The kernel's canonical 2-D geometry of ``conv`` (one batch group's; a 1-D one with a unit H axis)."""
+    """The kernel's canonical 2-D geometry of ``conv``: one batch group's, a 1-D one's with a unit H axis, a
+    3-D one's of a depth plane."""
     from trnsim.kernels.conv import Geometry
 
     one_d = len(conv.x_shape) == 3
-    x, w = [conv.x_shape[a] for a in conv.x_axes], [conv.w_shape[a] for a in conv.w_axes]
+    x, w = [conv.x_shape[a] for a in conv.x_axes[-4:]], [conv.w_shape[a] for a in conv.w_axes[-4:]]
+    x[0] = conv.x_shape[conv.x_axes[0]]         # N, H, W, Ci and KH, KW, Ci, Co: a 3-D one's depth dropped
     if one_d:
         x.insert(1, 1)
         w.insert(0, 1)
 
     def planar(values: tuple[Any, ...], unit: Any) -> tuple[Any, Any]:
-        return (unit, values[0]) if one_d else (values[0], values[1])
+        return (unit, values[0]) if one_d else (values[-2], values[-1])
 
     n, h, wd, ci = x
     kh, kw, _, co = w

@@ -53,8 +53,9 @@ store through a transposed view of the output; the next unit's loads are issued 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
+from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -120,6 +121,30 @@ class Geometry:
         """((py, px), (ay, ax)): the phase a tap reads and its offset in rows and columns of that phase."""
         (sh, sw), (dh, dw) = self.stride, self.rhs
         return (ky * dh % sh, kx * dw % sw), (ky * dh // sh, kx * dw // sw)
+
+
+@dataclass(frozen=True)
+class Depth:
+    """The depth axis of a 3-D convolution (unit for 2-D and 1-D ones): ``d`` input planes, ``k`` kernel
+    planes, stride, (low, high) padding and input (lhs) and kernel (rhs) dilation."""
+
+    d: int = 1
+    k: int = 1
+    stride: int = 1
+    pad: Pair = (0, 0)
+    lhs: int = 1
+    rhs: int = 1
+
+    @property
+    def out(self) -> int:
+        lo, hi = self.pad
+        return (lo + (self.d - 1) * self.lhs + 1 + hi - (self.k - 1) * self.rhs - 1) // self.stride + 1
+
+    def planes(self, od: int) -> list[Pair]:
+        """(kernel plane, input plane) pairs output plane ``od`` sums: those that fall on an input plane, not
+        on padding or between dilated planes (those contribute zeros and are skipped)."""
+        at = [(kd, od * self.stride + kd * self.rhs - self.pad[0]) for kd in range(self.k)]
+        return [(kd, p // self.lhs) for kd, p in at if p % self.lhs == 0 and 0 <= p // self.lhs < self.d]
 
 
 @dataclass(frozen=True)
@@ -262,7 +287,7 @@ def _windows(xv: Tensor, g: Geometry, b0: int, bn: int, group: list[Pair], i: in
     return flat
 
 
-def pixel_contract(xv: Tensor, wv: Tensor, ov: Tensor, g: Geometry) -> None:
+def pixel_contract(xv: Tensor, wv: Tensor, ov: Tensor, g: Geometry, depth: Depth) -> None:
     """The contraction over the window's pixels on the partitions (the weight gradient's shape: a large window,
     few output pixels, a small batch and few channels): ``acc[(pixel, b), o] += X[(ky, kx), (pixel, b)].T @
     W[(ky, kx), o]`` per channel ``i`` and block of window rows.
@@ -272,7 +297,8 @@ def pixel_contract(xv: Tensor, wv: Tensor, ov: Tensor, g: Geometry) -> None:
     origin; one copy per channel lays the dilated window out flat, ``KW`` a row. A block of window rows is
     then one run of that tile, transposed on TensorE to ``[rows · KW, pixels · b]``: the stationary, every
     pixel of the group at once. ``W`` loads pixel-major (one DMA per channel and block), kept in SBUF when it
-    fits: the moving operand."""
+    fits: the moving operand. Views are 5-D (``depth``): an output plane's pixels contract over each kernel
+    plane that meets the input as more steps into the same PSUM tiles."""
     ts = dsl.tile_size()
     oh, ow = g.out
     if g.kw <= ts.pmax:
@@ -281,54 +307,61 @@ def pixel_contract(xv: Tensor, wv: Tensor, ov: Tensor, g: Geometry) -> None:
         pieces = [(k0, 1, c0, c) for k0 in range(g.kh) for c0, c in blocks(g.kw, ts.pmax)]
     pixels = [(oy, ox) for oy in range(oh) for ox in range(ow)]
     o_tiles = blocks(g.co, ts.psum_fmax)
-    steps = [(i, q) for i in range(g.ci) for q in range(len(pieces))]
     itemsize = 2 if xv.dtype == "bf16" else 4
-    resident = len(steps) * g.co * itemsize <= WEIGHT_BYTES
-    kept: dict[tuple[int, int], list[Tensor]] = {}
+    resident = g.ci * depth.k * len(pieces) * g.co * itemsize <= WEIGHT_BYTES
+    kept: dict[tuple[int, int, int], list[Tensor]] = {}
 
-    def moving(i: int, q: int) -> list[Tensor]:
-        """``W`` of channel ``i`` and block ``q``, per output tile (kept in SBUF when all of it fits)."""
-        tiles = kept.get((i, q))
+    def moving(i: int, kd: int, q: int) -> list[Tensor]:
+        """``W`` of channel ``i``, kernel plane ``kd`` and block ``q``, per output tile (kept in SBUF when all
+        of it fits)."""
+        tiles = kept.get((i, kd, q))
         if tiles is None:
             k0, r, c0, c = pieces[q]
             tiles = [dsl.sbuf((r * c, on), xv.dtype) for _, on in o_tiles]
             for tile, (o0, on) in zip(tiles, o_tiles, strict=True):
-                dsl.dma_copy(tile, wv[k0 : k0 + r, c0 : c0 + c, i, o0 : o0 + on])
+                dsl.dma_copy(tile, wv[kd, k0 : k0 + r, c0 : c0 + c, i, o0 : o0 + on])
             if resident:
-                kept[(i, q)] = tiles
+                kept[(i, kd, q)] = tiles
         return tiles
 
-    def operands(window: Callable[[int], Tensor], flats: dict[int, Tensor], step: tuple[int, int],
+    def operands(window: Callable[[int, int], Tensor], flats: dict[Pair, Tensor], step: tuple[int, Pair, int],
                  s: int) -> tuple[Tensor, list[Tensor]]:
-        i, q = step
-        if i not in flats:      # one channel's windows at a time: the previous channel's are dropped
+        i, (kd, d), q = step
+        if (i, d) not in flats:      # one channel's (and plane's) windows at a time: the previous are dropped
             flats.clear()
-            flats[i] = window(i)
+            flats[(i, d)] = window(d, i)
         k0, r, c0, c = pieces[q]
-        part = dsl.transpose(flats[i][:, k0 * g.kw + c0 : k0 * g.kw + c0 + r * c])
-        return dsl.copy(part, engine="vector" if s % 2 else "scalar"), moving(i, q)
+        part = dsl.transpose(flats[(i, d)][:, k0 * g.kw + c0 : k0 * g.kw + c0 + r * c])
+        return dsl.copy(part, engine="vector" if s % 2 else "scalar"), moving(i, kd, q)
+
+    def window(b0: int, bn: int, group: list[Pair], d: int, i: int) -> Tensor:
+        return _windows(xv[:, d], g, b0, bn, group, i)
 
     j = 0
-    for b0, bn in blocks(g.n, ts.gemm_stationary_fmax):
-        for p0, pn in blocks(len(pixels), ts.pmax // bn):
-            group = pixels[p0 : p0 + pn]
-            flats: dict[int, Tensor] = {}
+    for od in range(depth.out):
+        steps = [(i, plane, q) for i in range(g.ci) for plane in depth.planes(od) for q in range(len(pieces))]
+        for b0, bn in blocks(g.n, ts.gemm_stationary_fmax):
+            for p0, pn in blocks(len(pixels), ts.pmax // bn):
+                group = pixels[p0 : p0 + pn]
+                flats: dict[Pair, Tensor] = {}
 
-            # NOTE: transposes run TRANSPOSES_AHEAD steps ahead of their matmuls (TensorE works in program
-            # order: a matmul waiting for its stationary's copy out of PSUM would hold the next transpose)
-            window = partial(_windows, xv, g, b0, bn, group)
-            made = prefetch([partial(operands, window, flats, step, s) for s, step in enumerate(steps)],
-                            TRANSPOSES_AHEAD)
-            accs = [dsl.psum((pn * bn, on)) for _, on in o_tiles]
-            for s, (xs, ws) in enumerate(made):
-                for acc, w_tile in zip(accs, ws, strict=True):
-                    dsl.matmul(acc, xs, w_tile, accumulate=s > 0)
-            for acc, (o0, on) in zip(accs, o_tiles, strict=True):
-                res = dsl.copy(acc, dtype=ov.dtype, engine="vector" if j % 2 else "scalar")
-                dsl.release(acc)
-                for k, (oy, ox) in enumerate(group):
-                    dsl.store(ov[b0 : b0 + bn, oy, ox, o0 : o0 + on], res[k * bn : (k + 1) * bn])
-                j += 1
+                # NOTE: transposes run TRANSPOSES_AHEAD steps ahead of their matmuls (TensorE works in program
+                # order: a matmul waiting for its stationary's copy out of PSUM would hold the next transpose)
+                made = prefetch([partial(operands, partial(window, b0, bn, group), flats, step, s)
+                                 for s, step in enumerate(steps)], TRANSPOSES_AHEAD)
+                accs = [dsl.psum((pn * bn, on)) for _, on in o_tiles]
+                for s, (xs, ws) in enumerate(made):
+                    for acc, w_tile in zip(accs, ws, strict=True):
+                        dsl.matmul(acc, xs, w_tile, accumulate=s > 0)
+                for acc, (o0, on) in zip(accs, o_tiles, strict=True):
+                    if steps:
+                        res = dsl.copy(acc, dtype=ov.dtype, engine="vector" if j % 2 else "scalar")
+                    else:  # an output plane of only padding
+                        res = dsl.memset(dsl.sbuf((pn * bn, on), ov.dtype), 0.0)
+                    dsl.release(acc)
+                    for k, (oy, ox) in enumerate(group):
+                        dsl.store(ov[b0 : b0 + bn, od, oy, ox, o0 : o0 + on], res[k * bn : (k + 1) * bn])
+                    j += 1
 
 
 def _live(g: Geometry, ci: Pair, co: Pair) -> bool:
@@ -375,10 +408,11 @@ def _diagonal(wv: Tensor, g: Geometry, c: Pair, dtype: str) -> Callable[[int, in
     return tap
 
 
-def dense(xv: Tensor, wv: Tensor, ov: Tensor, g: Geometry, out_dtype: str) -> None:
-    """The output-stationary mappings (stacked taps, shared input; module docstring) of canonical views; with
-    feature groups the stationaries are block-diagonal and only the channel tiles of a Co tile's groups
-    contract into it."""
+def dense(xv: Tensor, wv: Tensor, ov: Tensor, g: Geometry, depth: Depth, out_dtype: str) -> None:
+    """The output-stationary mappings (stacked taps, shared input; module docstring) of canonical 5-D views
+    (``depth``: each output plane's rows a unit, loaded once for each kernel plane that meets the input, all
+    of whose taps accumulate into the same PSUM bank); with feature groups the stationaries are
+    block-diagonal and only the channel tiles of a Co tile's groups contract into it."""
     ts = dsl.tile_size()
     _, ow = g.out
     ci_tiles, co_tiles = blocks(g.ci, ts.pmax), blocks(g.co, ts.gemm_stationary_fmax)
@@ -396,56 +430,68 @@ def dense(xv: Tensor, wv: Tensor, ov: Tensor, g: Geometry, out_dtype: str) -> No
         width = g.wq
     slack = max(g.tap(ky, kx)[1][1] for ky, kx in taps)
     itemsize = 2 if xv.dtype == "bf16" else 4
-    resident = len(co_tiles) * len(slots) * ts.gemm_stationary_fmax * itemsize <= WEIGHT_BYTES
-    weights: dict[tuple[int, int], Tensor] = {}
+    resident = depth.k * len(co_tiles) * len(slots) * ts.gemm_stationary_fmax * itemsize <= WEIGHT_BYTES
+    weights: dict[tuple[int, int, int], Tensor] = {}
     depthwise = g.groups == g.ci == g.co and not packed
-    diagonals = {c: _diagonal(wv, g, c, xv.dtype) for c in ci_tiles} if depthwise else {}
+    diagonals: dict[tuple[int, Pair], Callable[[int, int], Tensor]] = {}
 
-    def weight(s: int, o: int) -> Tensor:
-        tile = weights.get((s, o))
+    def weight(kd: int, s: int, o: int) -> Tensor:
+        tile = weights.get((kd, s, o))
         if tile is None:
             slot, ci, co = slots[s], ci_tiles[slots[s].ct], co_tiles[o]
             if depthwise:
-                tile = diagonals[ci](*slot.taps[0])
+                if (kd, ci) not in diagonals:
+                    diagonals[(kd, ci)] = _diagonal(wv[kd], g, ci, xv.dtype)
+                tile = diagonals[(kd, ci)](*slot.taps[0])
             else:
                 tile = dsl.sbuf((len(slot.taps) * ci[1], co[1]), xv.dtype)
                 if g.groups > 1:
-                    _block_diagonal(tile, wv, g, slot.taps, ci, co)
+                    _block_diagonal(tile, wv[kd], g, slot.taps, ci, co)
                 for j, (ky, kx) in enumerate(slot.taps if g.groups == 1 else ()):
                     dsl.load(tile[j * ci[1] : (j + 1) * ci[1], :],
-                             wv[ky, kx, ci[0] : ci[0] + ci[1], co[0] : co[0] + co[1]])
+                             wv[kd, ky, kx, ci[0] : ci[0] + ci[1], co[0] : co[0] + co[1]])
             if resident:
-                weights[(s, o)] = tile
+                weights[(kd, s, o)] = tile
         return tile
 
+    def load(u: Unit, od: int) -> list[list[Tensor]]:
+        """Per kernel plane of output plane ``od``, unit ``u``'s tiles of its input plane."""
+        return [load_packed(xv[:, d], g, u, slots, width) if packed else
+                load_shared(xv[:, d], g, u, slots, ci_tiles, phases, slack) for _, d in depth.planes(od)]
+
     live = [[s for s, slot in enumerate(slots) if _live(g, ci_tiles[slot.ct], co)] for co in co_tiles]
-    work = units(g, width, ts.psum_fmax)
-    loads = [partial(load_packed, xv, g, u, slots, width) if packed else
-             partial(load_shared, xv, g, u, slots, ci_tiles, phases, slack) for u in work]
+    base = units(replace(g, n=1), width, ts.psum_fmax)
+    work = [(replace(u, n=n), od) for n in range(g.n) for od in range(depth.out) for u in base]
     j = 0
-    for u, tiles in zip(work, prefetch(loads, PREFETCH), strict=True):
+    for (u, od), tiles in zip(work, prefetch([partial(load, u, od) for u, od in work], PREFETCH), strict=True):
+        planes = depth.planes(od)
         for o, (o0, on) in enumerate(co_tiles):
             for r0, rr, c0, cc in u.banks:
-                acc = dsl.psum((on, rr * cc))
-                for k, s in enumerate(live[o]):
-                    start = slots[s].shift + r0 * width + c0
-                    dsl.matmul(acc, weight(s, o), tiles[s][:, start : start + rr * cc], accumulate=k > 0)
                 res = dsl.sbuf((on, rr, cc), out_dtype)
-                dsl.copy(acc, out=res, engine="scalar" if j % 2 else "vector")
-                dsl.release(acc)
+                steps = [(kd, p, s) for p, (kd, _) in enumerate(planes) for s in live[o]]
+                if steps:
+                    acc = dsl.psum((on, rr * cc))
+                    for k, (kd, p, s) in enumerate(steps):
+                        start = slots[s].shift + r0 * width + c0
+                        dsl.matmul(acc, weight(kd, s, o), tiles[p][s][:, start : start + rr * cc], accumulate=k > 0)
+                    dsl.copy(acc, out=res, engine="scalar" if j % 2 else "vector")
+                    dsl.release(acc)
+                else:  # an output plane of only padding
+                    dsl.memset(res, 0.0)
                 j += 1
                 valid = min(cc, ow - c0)
-                dst = ov[u.n, u.oy + r0 : u.oy + r0 + rr, c0 : c0 + valid, o0 : o0 + on].permute(2, 0, 1)
+                dst = ov[u.n, od, u.oy + r0 : u.oy + r0 + rr, c0 : c0 + valid, o0 : o0 + on].permute(2, 0, 1)
                 dsl.store(dst, res[:, :, :valid], split=1 if packed else _pieces(dst))
 
 
-def _planar(values: Sequence[int] | None, rank: int, unit: int) -> Pair:
-    """A per-spatial-axis parameter of a ``rank``-D convolution as a pair (a 1-D one gets a unit H axis;
-    None: ``unit`` on every axis)."""
-    values = (unit,) * rank if values is None else values
+def _spatial(values: Sequence[Any] | None, rank: int, unit: Any, what: str) -> tuple[Any, Any, Any]:
+    """A per-spatial-axis parameter of a ``rank``-D convolution as (depth, height, width): a 2-D one gets a
+    unit depth axis, a 1-D one unit depth and height (None: ``unit`` on every axis)."""
+    values = (unit,) * rank if values is None else tuple(values)
     if len(values) != rank:
-        fail(f"{len(values)} values {tuple(values)} for a {rank}-D convolution", f"give {rank} (one an axis)")
-    return (unit, values[0]) if rank == 1 else (values[0], values[1])
+        fail(f"{len(values)} {what} {values} for a {rank}-D convolution", f"give {rank}, one a spatial axis")
+    d, h, w = (unit,) * (3 - rank) + values
+    return d, h, w
 
 
 @dsl.kernel
@@ -458,59 +504,57 @@ def conv_kernel(x: Tensor, w: Tensor, *, stride: Sequence[int] | None = None,
     ``lhs_dilation`` and padded by ``padding``), rounded to ``out_dtype``. ``x_axes``: where ``N, H, W, Ci``
     are in ``x``; ``w_axes``: where ``KH, KW, Ci, Co`` are in ``w``; ``out_axes``: where ``N, OH, OW, Co``
     go in the result (None: no padding, unit strides and dilations). 3-D operands are a 1-D convolution
-    (``N, W, Ci`` / ``KW, Ci, Co`` / ``N, OW, Co``; one stride, pad and dilation each), computed as a 2-D one
-    of a unit H axis (views: nothing is copied).
+    (``N, W, Ci`` / ``KW, Ci, Co`` / ``N, OW, Co``), 5-D ones a 3-D convolution (``N, D, H, W, Ci`` / ``KD,
+    KH, KW, Ci, Co`` / ``N, OD, OH, OW, Co``), one stride, pad and dilation a spatial axis; both run as the 3-D
+    one of unit axes (views: nothing is copied), whose kernel planes accumulate into the same PSUM tiles.
 
     StableHLO's groups: ``feature_groups`` G splits ``Ci`` and ``Co`` into G groups, output group ``k`` the
     convolution of input channels group ``k`` with ``w[..., :, k·Co/G : (k+1)·Co/G]`` (``w`` has ``Ci / G``
     input channels); ``batch_groups`` G splits ``N`` and ``Co`` likewise (the output has ``N / G`` images)."""
     rank = len(x.shape) - 2
-    if rank not in (1, 2) or len(w.shape) != rank + 2:
+    if rank not in (1, 2, 3) or len(w.shape) != rank + 2:
         fail(f"a 2-D convolution of x {x.shape} with w {w.shape}",
              "give a 4-D input (N, H, W, Ci: NHWC by default) and a 4-D kernel (KH, KW, Ci, Co: HWIO by default)"
-             ", or 3-D ones for a 1-D convolution")
-    xv, wv = x.permute(*x_axes), w.permute(*w_axes)
-    if rank == 1:
-        xv, wv = xv[:, None], wv[None]
-    n, h, wd, ci = xv.shape
-    kh, kw, ci2, co = wv.shape
+             ", or 3-D ones for a 1-D convolution, 5-D for a 3-D one")
+    unit: tuple[None, ...] = (None,) * (3 - rank)
+    xv, wv = x.permute(*x_axes)[(slice(None), *unit)], w.permute(*w_axes)[unit]
+    n, dd, h, wd, ci = xv.shape
+    kd, kh, kw, ci2, co = wv.shape
     if ci != ci2 * feature_groups or min(feature_groups, batch_groups) < 1 or co % feature_groups \
             or co % batch_groups or n % batch_groups or (feature_groups > 1 and batch_groups > 1):
         fail(f"convolution of {ci} input channels with a kernel of {ci2} ({feature_groups} feature groups, "
              f"{batch_groups} batch groups; {n} images, {co} output channels)",
              "give x and w the same Ci (w: Ci / feature_groups), and feature or batch groups that divide "
              "Co (batch groups: and N), not both")
-    st, lhs, rhs = _planar(stride, rank, 1), _planar(lhs_dilation, rank, 1), _planar(rhs_dilation, rank, 1)
-    pads = ((0, 0),) * rank if padding is None else tuple(padding)
-    pad = ((0, 0), pads[0]) if rank == 1 and len(pads) == 1 else (pads[0], pads[1]) if len(pads) == rank else None
-    if pad is None:
-        fail(f"{len(pads)} pads {pads} for a {rank}-D convolution", f"give {rank} (low, high) pairs")
+    st, lhs = _spatial(stride, rank, 1, "strides"), _spatial(lhs_dilation, rank, 1, "lhs dilations")
+    rhs, pad = _spatial(rhs_dilation, rank, 1, "rhs dilations"), _spatial(padding, rank, (0, 0), "pads")
     if min(*st, *lhs, *rhs) < 1:
         fail(f"strides {st} and dilations {lhs}, {rhs}", "use strides and dilations ≥ 1")
     nb = n // batch_groups
-    g = Geometry(nb, h, wd, ci, kh, kw, co // batch_groups, st, pad, lhs, rhs, feature_groups)
+    depth = Depth(dd, kd, st[0], (int(pad[0][0]), int(pad[0][1])), lhs[0], rhs[0])
+    g = Geometry(nb, h, wd, ci, kh, kw, co // batch_groups, (st[1], st[2]), (pad[1], pad[2]), (lhs[1], lhs[2]),
+                 (rhs[1], rhs[2]), feature_groups)
     oh, ow = g.out
-    if oh < 1 or ow < 1:
-        fail(f"a {kh}x{kw} window over a padded {g.padded} input", "pad the input to at least the window")
-    sizes = (nb, oh, ow, co) if rank == 2 else (nb, ow, co)
+    if min(oh, ow, depth.out) < 1:
+        fail(f"a {kd}x{kh}x{kw} window over a padded {g.padded} input of {dd} planes",
+             "pad the input to at least the window")
+    sizes = (nb, *(depth.out, oh, ow)[3 - rank :], co)
     shape = [0] * len(sizes)
     for axis, size in zip(out_axes, sizes, strict=True):
         shape[axis] = size
     out = dsl.hbm_tensor(tuple(shape), out_dtype, name="out")
-    ov = out.permute(*out_axes)
-    if rank == 1:
-        ov = ov[:, None]
+    ov = out.permute(*out_axes)[(slice(None), *unit)]
     cb = co // batch_groups
     for k in range(batch_groups):  # each batch group its own convolution (JAX's grouped weight gradient)
-        xk, wk, ok = xv[k * nb : (k + 1) * nb], wv[:, :, :, k * cb : (k + 1) * cb], ov[:, :, :, k * cb : (k + 1) * cb]
+        xk, wk, ok = xv[k * nb : (k + 1) * nb], wv[..., k * cb : (k + 1) * cb], ov[..., k * cb : (k + 1) * cb]
         if not g.pixel_mode:
-            dense(xk, wk, ok, g, out_dtype)
+            dense(xk, wk, ok, g, depth, out_dtype)
             continue
         cig, cog = ci // feature_groups, cb // feature_groups
-        one = Geometry(nb, h, wd, cig, kh, kw, cog, st, pad, lhs, rhs)
+        one = replace(g, ci=cig, co=cog, groups=1)
         for f in range(feature_groups):  # NOTE: a grouped forward with a window larger than its output
-            pixel_contract(xk[:, :, :, f * cig : (f + 1) * cig], wk[:, :, :, f * cog : (f + 1) * cog],
-                           ok[:, :, :, f * cog : (f + 1) * cog], one)
+            pixel_contract(xk[..., f * cig : (f + 1) * cig], wk[..., f * cog : (f + 1) * cog],
+                           ok[..., f * cog : (f + 1) * cog], one, depth)
     return out
 
 
