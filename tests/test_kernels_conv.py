@@ -2,8 +2,8 @@
 ones crop), input and window dilations, both TensorE mappings (taps stacked on the partitions for few
 channels, one tap a matmul for many), the layouts of JAX's gradient convolutions, 1-D convolutions (a unit H
 axis), 3-D ones (kernel planes into the same PSUM tiles), feature groups (block-diagonal stationaries;
-depthwise: diagonal ones) and batch groups; bit-exact on small
-integers in fp32, within bf16's rounding of the result otherwise."""
+depthwise: diagonal ones in bf16, per-channel multiply-accumulates in fp32) and batch groups; bit-exact on
+small integers in fp32, within bf16's rounding of the result otherwise."""
 
 from __future__ import annotations
 
@@ -213,6 +213,7 @@ def test_1d_3d_and_grouped_convolutions_are_exact_on_small_integers(c: convgen.C
 
 @pytest.mark.parametrize("x_shape,w_shape,groups", [
     ((2, 7, 6, 130), (3, 3, 1, 130), 130),       # depthwise, channels over one tile: diagonal stationaries
+    ((2, 5, 6, 40), (3, 3, 1, 40), 40),          # depthwise of few channels: multiply-accumulate
     ((2, 6, 6, 64), (3, 3, 8, 64), 8),           # grouped, taps stacked on the partitions
     ((2, 20, 96), (4, 96, 96), 1),               # 1-D
 ])

@@ -35,13 +35,15 @@ Groups (``feature_groups``: ResNeXt, depthwise) run in the output-stationary map
 stationaries: each group's ``[Ci/G, Co/G]`` block of a tap on its diagonal place of a zeroed ``[ci, co]``
 tile (one DMA a group and tap), and a Co tile contracts only the channel tiles of its own groups, so a 128 x
 128 matmul does ``128 / (Ci/G)`` groups at once instead of one tiny matmul a group. Depthwise (one channel a
-group) in whole channel tiles builds each tap's diagonal on chip (an identity times the tap's per-partition
-column: one DMA for all taps). NOTE: by the timing model's cost rules (``sim/timing/costs.py``, trn3 preset:
-TensorE 2.4 GHz, VectorE/ScalarE 1.2 GHz at 256/128 fp32 elements a cycle) a tap of 128 channels costs per
-output pixel 1/2.4 ns on TensorE in bf16 (4/2.4 ns in fp32, rate 1/4), while a VectorE multiply-accumulate
-with channels on the partitions takes a TensorScalar multiply (0.5 cycle) and a TensorTensor add (1 cycle,
-two inputs) at 1.2 GHz, 0.83 ns at best with the multiply moved to ScalarE: the diagonal matmul is 2x faster
-in bf16 (and ~2x slower in fp32, which this kernel still runs on TensorE). ``batch_groups`` (JAX's weight
+group) runs one of two ways, whichever the timing model's cost rules make faster (``sim/timing/costs.py``,
+trn3 preset: TensorE 2.4 GHz; VectorE, ScalarE, GpSimd 1.2 GHz at 256, 128, 128 fp32 elements a cycle). A
+tap of 128 channels costs per output pixel 1/2.4 ns as a *diagonal* TensorE matmul in bf16 (4/2.4 ns in
+fp32, rate 1/4); as a per-channel *multiply-accumulate* with channels on the partitions it is a product by
+the tap's per-partition weight (ScalarE ``activation`` scale or GpSimd, 1 cycle) and a VectorE add into the
+fp32 sum (1 cycle: two inputs), pipelined 1/1.2 ns. So bf16 takes TensorE (2x faster), building each tap's
+diagonal on chip (an identity times the tap's weight column: one DMA for all taps), and fp32 the vector
+engines (2x faster; ``DEPTHWISE_ON_TENSOR``: a depthwise 3x3 of [8, 56, 56, 128] fp32 413 -> 261 us), as do
+fewer than 65 channels (a diagonal of them leaves most of TensorE's rows idle). ``batch_groups`` (JAX's weight
 gradient of a grouped convolution) are separate convolutions of views, one a group. A 1-D convolution is a
 2-D one of a unit H axis (``x[:, None]`` views).
 
@@ -75,6 +77,11 @@ TRANSPOSES_AHEAD = 3  # pixel_contract: stationary transposes issued ahead of th
 PIECE_BYTES = 64 * 1024  # a large load or store goes in pieces of at least this (_pieces)
 MAX_PIECES = 8
 UNIT_BANKS = 4  # PSUM banks of output a unit of loaded input feeds (half the 8: the next unit's run meanwhile)
+MAC_BANK = 2048  # fp32 elements a partition of one depthwise multiply-accumulate (SBUF, not PSUM: no 512 limit)
+# Depthwise (one channel a group) of 128-channel tiles by operand dtype: on TensorE as diagonal stationaries,
+# or as per-channel multiply-accumulates on the vector engines (module docstring: the faster by the cost
+# rules); fewer than 65 channels always multiply-accumulate (a diagonal of them would waste TensorE more).
+DEPTHWISE_ON_TENSOR = {"bf16": True, "fp32": False}
 
 
 @dataclass(frozen=True)
@@ -418,7 +425,8 @@ def dense(xv: Tensor, wv: Tensor, ov: Tensor, g: Geometry, depth: Depth, out_dty
     ci_tiles, co_tiles = blocks(g.ci, ts.pmax), blocks(g.co, ts.gemm_stationary_fmax)
     taps = [(ky, kx) for ky in range(g.kh) for kx in range(g.kw)]
     per = ts.pmax // g.ci
-    packed = per >= 2
+    mac = g.groups == g.ci == g.co and (per >= 2 or not DEPTHWISE_ON_TENSOR.get(xv.dtype, True))
+    packed = per >= 2 and not mac
     phases: dict[Pair, int] = {}
     if packed:  # taps stacked on the partitions: ci · taps rows of contraction a matmul
         slots = [Slot(tuple(taps[i : i + per]), 0, 0) for i in range(0, len(taps), per)]
@@ -434,6 +442,34 @@ def dense(xv: Tensor, wv: Tensor, ov: Tensor, g: Geometry, depth: Depth, out_dty
     weights: dict[tuple[int, int, int], Tensor] = {}
     depthwise = g.groups == g.ci == g.co and not packed
     diagonals: dict[tuple[int, Pair], Callable[[int, int], Tensor]] = {}
+    columns: dict[int, Tensor] = {}
+
+    def column(kd: int, o: int, tap: Pair) -> Tensor:
+        """Depthwise multiply-accumulate: the tap's per-channel weights ``[on, 1]`` of Co tile ``o`` (all taps
+        load in one DMA a tile)."""
+        if o not in columns:
+            o0, on = co_tiles[o]
+            columns[o] = dsl.load(dsl.sbuf((on, depth.k, g.kh, g.kw), xv.dtype),
+                                  wv[:, :, :, 0, o0 : o0 + on].permute(3, 0, 1, 2))
+        return columns[o][:, kd, tap[0], tap[1] : tap[1] + 1]
+
+    def multiply_accumulate(res: Tensor, tiles: list[list[Tensor]], steps: list[tuple[int, int, int]], o: int,
+                            first: int, count: int) -> None:
+        """``res = Σ window · w`` per channel (partition) over ``steps``: products on ScalarE and GpSimd in
+        turn, sums in fp32 on VectorE."""
+        acc = dsl.sbuf((res.shape[0], count), "fp32")
+        for k, (kd, p, s) in enumerate(steps):
+            start = slots[s].shift + first
+            window, scale = tiles[p][s][:, start : start + count], column(kd, o, slots[s].taps[0])
+            last = k == len(steps) - 1
+            if k == 0:
+                dsl.identity(window, scale=scale, out=res if last else acc)
+                continue
+            if k % 2:
+                prod = dsl.identity(window, scale=scale, dtype="fp32")
+            else:
+                prod = dsl.multiply(window, scale, dtype="fp32", engine="gpsimd")
+            dsl.add(acc, prod, out=res if last else acc)
 
     def weight(kd: int, s: int, o: int) -> Tensor:
         tile = weights.get((kd, s, o))
@@ -460,7 +496,7 @@ def dense(xv: Tensor, wv: Tensor, ov: Tensor, g: Geometry, depth: Depth, out_dty
                 load_shared(xv[:, d], g, u, slots, ci_tiles, phases, slack) for _, d in depth.planes(od)]
 
     live = [[s for s, slot in enumerate(slots) if _live(g, ci_tiles[slot.ct], co)] for co in co_tiles]
-    base = units(replace(g, n=1), width, ts.psum_fmax)
+    base = units(replace(g, n=1), width, MAC_BANK if mac else ts.psum_fmax)
     work = [(replace(u, n=n), od) for n in range(g.n) for od in range(depth.out) for u in base]
     j = 0
     for (u, od), tiles in zip(work, prefetch([partial(load, u, od) for u, od in work], PREFETCH), strict=True):
@@ -469,7 +505,9 @@ def dense(xv: Tensor, wv: Tensor, ov: Tensor, g: Geometry, depth: Depth, out_dty
             for r0, rr, c0, cc in u.banks:
                 res = dsl.sbuf((on, rr, cc), out_dtype)
                 steps = [(kd, p, s) for p, (kd, _) in enumerate(planes) for s in live[o]]
-                if steps:
+                if steps and mac:
+                    multiply_accumulate(res, tiles, steps, o, r0 * width + c0, rr * cc)
+                elif steps:
                     acc = dsl.psum((on, rr * cc))
                     for k, (kd, p, s) in enumerate(steps):
                         start = slots[s].shift + r0 * width + c0
