@@ -136,6 +136,25 @@ def test_volumes_gaps_and_integer_sums_are_kernels(fn: object, shape: tuple[int,
     np.testing.assert_array_equal(np.asarray(trnsim.jit(fn)(x)), np.asarray(jax.jit(fn)(x)))  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("shape", [(4, 9, 8, 6), (2, 5, 6, 7, 3)])
+def test_max_pool_jvp_is_a_kernel(shape: tuple[int, ...]) -> None:
+    """``jax.jvp`` of a max pool emits select_and_gather_add: a two-operand reduce_window, pool_gather_kernel."""
+    window = (1, *[3] * (len(shape) - 2), 1)
+    stride = (1, *[2] * (len(shape) - 2), 1)
+
+    def f(x: jax.Array, t: jax.Array) -> jax.Array:
+        return jax.jvp(lambda a: jax.lax.reduce_window(a, -jnp.inf, jax.lax.max, window, stride, "SAME"), (x,), (t,))[1]
+
+    rng = np.random.default_rng(5)
+    x, t = rng.standard_normal((2, *shape)).astype(np.float32)
+    program = trnsim.compile(jax.jit(f).lower(x, t), cache=False)
+    (step,) = _pool_steps(program)
+    assert step.kernel == "pool" and step.busy["vector"] > 0
+    form = poolgen.pool_for(program.graph.nodes[step.nodes[0]])
+    assert form is not None and form.gather == 0.0 and form.select == "GE"
+    np.testing.assert_array_equal(np.asarray(trnsim.jit(f)(x, t)), np.asarray(jax.jit(f)(x, t)))
+
+
 def test_a_whole_axis_window_is_a_scan_not_a_pool() -> None:
     """``jnp.cumsum`` lowers to a reduce_window of 4096 taps: too many tap instructions, the analytic cost."""
     program = trnsim.compile(jax.jit(jnp.cumsum).lower(jax.ShapeDtypeStruct((4, 4096), jnp.float32)), cache=False)
@@ -188,4 +207,4 @@ def test_conformance_pooling_files_pass_and_most_are_kernels() -> None:
         except UnsupportedError:
             continue
         pooled += any(s.kernel == "pool" for s in _pool_steps(program))  # type: ignore[arg-type]
-    assert pooled >= 25     # (of 32 the compiler takes: 3-D windows and 8-/16-bit integers included)
+    assert pooled >= 27     # of 32 the compiler takes: 3-D windows, 8-/16-bit integers, select_and_gather

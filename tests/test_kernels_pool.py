@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 import trnsim
 from trnsim.dsl.errors import KernelError
 from trnsim.kernels import pool as pool_module
-from trnsim.kernels import reduce_window, select_and_scatter
+from trnsim.kernels import reduce_window, select_and_gather, select_and_scatter
 
 Pads = list[tuple[int, int]]
 JAX_OPS = {"max": (jax.lax.max, -np.inf), "min": (jax.lax.min, np.inf), "add": (jax.lax.add, 0.0)}
@@ -145,6 +145,54 @@ def test_many_bands_and_long_windows(shape: tuple[int, ...]) -> None:
     else:
         args = ([1, 3, 3, 1], [1, 2, 2, 1], [(0, 0), (1, 1), (1, 1), (0, 0)], [1] * 4)
     np.testing.assert_array_equal(reduce_window(x, *args, op="max"), reference(x, *args, "max"))  # type: ignore[arg-type]
+
+
+def gather_reference(x: np.ndarray, tangent: np.ndarray, size: list[int], stride: list[int], pad: Pads,
+                     dilation: list[int], select: str, init: float, tangent_init: float) -> np.ndarray:
+    """A two-operand reduce_window whose body keeps the accumulated pair where ``compare select (acc, new)``
+    holds: the init pair first, then the window's elements in window order (padding is the init pair)."""
+    keep = {"GE": np.greater_equal, "GT": np.greater, "LE": np.less_equal, "LT": np.less}[select]
+    xp = np.pad(x, pad, constant_values=init)
+    tp = np.pad(tangent, pad, constant_values=tangent_init)
+    out_shape = [(n - (k - 1) * d - 1) // s + 1 for n, k, s, d in zip(xp.shape, size, stride, dilation, strict=True)]
+    out = np.zeros(out_shape, np.float32)
+    for o in itertools.product(*(range(n) for n in out_shape)):
+        best, tan = init, tangent_init
+        for off in itertools.product(*(range(k) for k in size)):
+            pos = tuple(i * s + f * d for i, s, f, d in zip(o, stride, off, dilation, strict=True))
+            if not keep(best, xp[pos]):
+                best, tan = xp[pos], tp[pos]
+        out[o] = tan
+    return out
+
+
+@settings(max_examples=30, deadline=None)
+@given(windows(), st.sampled_from(["GE", "GT", "LE", "LT"]), st.booleans(), st.integers(0, 2**31))
+def test_gather_takes_the_tangent_of_the_selected_element(w: dict[str, list[int]], select: str, other_init: bool,
+                                                          seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    x = rng.integers(-2, 3, w["shape"]).astype(np.float32)        # many ties: the order decides
+    tangent = rng.integers(-50, 50, w["shape"]).astype(np.float32)
+    identity = -np.inf if select in ("GE", "GT") else np.inf
+    init, tangent_init = (1.0, 7.0) if other_init else (identity, 0.0)
+    args = (w["size"], w["stride"], w["pad"], w["dilation"])
+    got = select_and_gather(x, tangent, *args, select=select, init=init, tangent_init=tangent_init)  # type: ignore[arg-type]
+    want = gather_reference(x, tangent, *args, select, init, tangent_init)  # type: ignore[arg-type]
+    np.testing.assert_array_equal(got, want)
+
+
+def test_gather_is_jax_max_pool_jvp() -> None:
+    """The JVP of a max pool: ``jax.jvp`` emits select_and_gather_add (fp32 normals: no ties, whose winner
+    XLA's CPU backend, packing each pair in one word, may pick otherwise)."""
+    rng = np.random.default_rng(10)
+    x, t = rng.standard_normal((2, 2, 9, 8, 6)).astype(np.float32)
+
+    def max_pool(a: jax.Array) -> jax.Array:
+        return jax.lax.reduce_window(a, -jnp.inf, jax.lax.max, (1, 3, 3, 1), (1, 2, 2, 1), "SAME")
+
+    _, want = jax.jvp(max_pool, (jnp.asarray(x),), (jnp.asarray(t),))
+    pads = jax.lax.padtype_to_pads(x.shape, (1, 3, 3, 1), (1, 2, 2, 1), "SAME")
+    np.testing.assert_array_equal(select_and_gather(x, t, [1, 3, 3, 1], [1, 2, 2, 1], pads), np.asarray(want))
 
 
 @settings(max_examples=40, deadline=None)

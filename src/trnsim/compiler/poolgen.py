@@ -7,7 +7,10 @@ dilation, no negative padding, and a window along axes within three adjacent one
 arrays, 3-D pools of volumes and video on NDHWC, two windowed axes one apart) runs as ``pool_kernel``; a
 ``select_and_scatter`` of such a type and window whose select is one ``compare`` ``GE``/``GT``/``LE``/``LT``
 of its arguments in order (FLOAT, or SIGNED/UNSIGNED as the integer type: ``COMPARE_TYPE``) and whose
-scatter is one ``add`` (what ``jax.grad`` of a max pool emits) runs as ``pool_grad_kernel``. The step's time
+scatter is one ``add`` (what ``jax.grad`` of a max pool emits) runs as ``pool_grad_kernel``; a two-operand
+``reduce_window`` of (value, tangent) pairs of one float type whose body keeps the pair one FLOAT compare
+picks (``select_and_gather_add``, the JVP of a max pool: ``_gather_select``) runs as ``pool_gather_kernel``
+(its tangents; the values' output, which the JVP does not read, is not timed). The step's time
 is the kernel's, timed by the instruction-level model (timing-only); every other form keeps the analytic cost
 (``costs``), as does one the kernel cannot trace (a window row too wide for SBUF, or more than
 ``MAX_TAP_OPS`` tap instructions, as ``jnp.cumsum``'s whole-axis window: the ``pool_fallbacks`` statistic).
@@ -66,6 +69,12 @@ class Pool:
     select: str | None = None
     rows: int = 0          # the band height to start from (the kernels' ``rows``; 0: the kernel's choice)
     depth: Depth = FLAT
+    gather: float | None = None     # pool_gather_kernel's: the tangent's init (``select`` its compare)
+
+    @property
+    def forward(self) -> bool:
+        """A forward kernel's (``pool_kernel``, ``pool_gather_kernel``): bands of output planes."""
+        return self.select is None or self.gather is not None
 
     def with_images(self, n: int) -> Pool:
         return replace(self, shape=(n, *self.shape[1:]))
@@ -97,6 +106,25 @@ def _compare(region: Graph, dtype: str) -> str | None:
     (cmp,) = region.nodes
     if (cmp.op != "compare" or cmp.attrs.get("compare_type", "FLOAT") != COMPARE_TYPE.get(dtype, "FLOAT")
             or [v.id for v in cmp.inputs] != [p.id for p in region.params] or region.results[0] is not cmp.out):
+        return None
+    return str(cmp.attrs.get("comparison_direction"))
+
+
+def _gather_select(region: Graph) -> str | None:
+    """The direction of a two-pair reduce_window body that keeps the accumulated pair where one FLOAT
+    ``compare`` of the accumulated and the new value holds: ``c = compare(a0, a2); return select(c, a0, a2),
+    select(c, a1, a3)`` (``jax``'s ``_select_and_gather_add``, the JVP of a max pool)."""
+    if len(region.params) != 4 or len(region.nodes) != 3 or len(region.results) != 2:
+        return None
+    p = [v.id for v in region.params]
+    cmp = next((n for n in region.nodes if n.op == "compare"), None)
+    if (cmp is None or cmp.attrs.get("compare_type", "FLOAT") != "FLOAT"
+            or [v.id for v in cmp.inputs] != [p[0], p[2]]):
+        return None
+    picks = [n for n in region.nodes if n.op == "select"]
+    want = [[cmp.out.id, p[0], p[2]], [cmp.out.id, p[1], p[3]]]
+    if [[v.id for v in n.inputs] for n in picks] != want or [r.id for r in region.results] != [
+            n.out.id for n in picks]:
         return None
     return str(cmp.attrs.get("comparison_direction"))
 
@@ -134,6 +162,22 @@ def pool_for(node: Node) -> Pool | None:
             return None
         return Pool(win.shape, win.size, win.stride, win.pad, win.dilation, dtype, "add", init, select,
                     depth=win.depth)
+    if node.op == "reduce_window" and len(node.inputs) == 4 and len(node.regions) == 1:
+        x, t, init_v, init_t = node.inputs
+        select = _gather_select(node.regions[0])
+        init, tangent_init = _scalar_constant(init_v), _scalar_constant(init_t)
+        dtype = DSL_DTYPE.get(x.type.dtype)
+        rank = len(x.type.shape)
+        base = [int(d) for d in node.attrs.get("base_dilations") or [1] * rank]
+        if (select not in SELECT or init is None or tangent_init is None or dtype is None
+                or t.type.dtype != x.type.dtype or any(d != 1 for d in base) or np.isnan(init)):
+            return None
+        win = _window(node, x, [int(d) for d in node.attrs.get("window_dilations") or [1] * rank])
+        if win is None:
+            return None
+        op = SELECT[select][0]
+        return Pool(win.shape, win.size, win.stride, win.pad, win.dilation, dtype, op,
+                    None if init == IDENTITY[op] else init, select, depth=win.depth, gather=tangent_init)
     return None
 
 
@@ -143,13 +187,14 @@ def pool_time(target: str, pool: Pool) -> TileTime:
 
     n = pool.shape[0]
     win = Window(pool.shape, pool.size, pool.stride, pool.pad, pool.dilation, pool.depth)
-    planes = win.depth.out if pool.select is None else win.depth.groups     # bands of an image: planes × rows
+    planes = win.depth.out if pool.forward else win.depth.groups        # bands of an image: planes × rows
     rows = start_rows(win.out[0], n * planes, PARTITIONS)
-    plan = (forward_plan(win, pool.dtype, pool.op, PARTITIONS, rows) if pool.select is None else
+    plan = (forward_plan(win, pool.dtype, pool.op, PARTITIONS, rows, gather=pool.gather is not None)
+            if pool.forward else
             Scatter.of(win, pool.dtype, pool.dtype, pool.init or 0.0).plan(PARTITIONS, rows))
     small = -(-SAMPLE_BANDS // (plan.bands * planes))   # (tiles of bands repeat per column block and channel chunk)
     images = n if n <= 2 * small else 3 * small
-    windows = 1 if pool.select is None else win.depth.lead + 1      # the gradient's depth windows a band
+    windows = 1 if pool.forward else win.depth.lead + 1      # the gradient's depth windows a band
     ops = (math.prod(pool.size) * pool.depth.size * windows * plan.blocks
            * -(-images * planes * plan.bands // PARTITIONS) * -(-pool.shape[3] // plan.chunk))
     if ops > MAX_TAP_OPS:
@@ -166,10 +211,14 @@ def pool_time(target: str, pool: Pool) -> TileTime:
 @lru_cache(maxsize=256)
 def _timed(target: str, pool: Pool) -> TileTime:
     import trnsim
-    from trnsim.kernels.pool import Window, pool_grad_kernel, pool_kernel
+    from trnsim.kernels.pool import Window, pool_gather_kernel, pool_grad_kernel, pool_kernel
 
     n, h, w, c = pool.shape
     spec: Any = trnsim.TensorSpec((n * pool.depth.planes, h, w, c), pool.dtype)     # shapes, no data: timing only
+    if pool.gather is not None:
+        return time_kernel(pool_gather_kernel, spec, spec, target=target, size=pool.size, stride=pool.stride,
+                           pad=pool.pad, dilation=pool.dilation, select=pool.select, init=pool.init,
+                           tangent_init=pool.gather, rows=pool.rows, depth=pool.depth)
     if pool.select is None:
         return time_kernel(pool_kernel, spec, target=target, size=pool.size, stride=pool.stride, pad=pool.pad,
                            dilation=pool.dilation, op=pool.op, init=pool.init, rows=pool.rows, depth=pool.depth)
@@ -188,10 +237,10 @@ def pool_cost(timed: TileTime, cost: StepCost) -> None:
 
 def clear_memo() -> None:
     """Forget every timed pool kernel and its trace."""
-    from trnsim.kernels.pool import pool_grad_kernel, pool_kernel
+    from trnsim.kernels.pool import pool_gather_kernel, pool_grad_kernel, pool_kernel
 
     _timed.cache_clear()
-    for kernel in (pool_kernel, pool_grad_kernel):
+    for kernel in (pool_kernel, pool_grad_kernel, pool_gather_kernel):
         cache = getattr(kernel, "_cache", None)
         if isinstance(cache, dict):
             cache.clear()

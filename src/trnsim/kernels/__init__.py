@@ -29,9 +29,11 @@ from trnsim.kernels.operands import MatmulOperands as MatmulOperands
 from trnsim.kernels.operands import prepare_matmul as prepare_matmul
 from trnsim.kernels.optim import adamw as adamw
 from trnsim.kernels.optim import adamw_kernel as adamw_kernel
+from trnsim.kernels.pool import pool_gather_kernel as pool_gather_kernel
 from trnsim.kernels.pool import pool_grad_kernel as pool_grad_kernel
 from trnsim.kernels.pool import pool_kernel as pool_kernel
 from trnsim.kernels.pool import reduce_window as reduce_window
+from trnsim.kernels.pool import select_and_gather as select_and_gather
 from trnsim.kernels.pool import select_and_scatter as select_and_scatter
 from trnsim.kernels.rowwise import activation_kernel as activation_kernel
 from trnsim.kernels.rowwise import gelu as gelu
@@ -42,5 +44,7 @@ from trnsim.kernels.selection import argmax as argmax
 from trnsim.kernels.selection import argmax_kernel as argmax_kernel
 from trnsim.kernels.selection import topk as topk
 from trnsim.kernels.selection import topk_kernel as topk_kernel
+from trnsim.kernels.sort import sort as sort
+from trnsim.kernels.sort import sort_kernel as sort_kernel
 from trnsim.kernels.transposes import transpose as transpose
 from trnsim.kernels.transposes import transpose_kernel as transpose_kernel
