@@ -1,5 +1,6 @@
-"""Top-k steps: the sort ``jax.lax.top_k`` becomes is lowered to the library's top-k kernel and timed by the
-instruction-level model; other sorts keep the analytic cost; large kernels are sampled."""
+"""Selection steps: the sort ``jax.lax.top_k`` becomes is lowered to the library's top-k kernel, other sorts of
+JAX's comparators to the sort kernel, argmax reduces to the argmax kernel, all timed by the instruction-level
+model; large kernels are sampled; what the kernels cannot take keeps the analytic cost."""
 
 from __future__ import annotations
 
@@ -33,12 +34,12 @@ def test_top_k_sort_is_the_topk_kernel(dtype: object, dsl: str) -> None:
 
 
 @pytest.mark.parametrize("fn,kernels", [
-    (lambda x: jnp.sort(x, axis=-1), {"gpsimd_sort"}),                   # no index operand
-    (lambda x: jnp.argsort(x, axis=-1)[..., :3], {"gpsimd_sort"}),       # ascending
-    (lambda x: jax.lax.top_k(x, 3)[0] + jnp.sort(x)[..., :3], {"topk", "gpsimd_sort"}),
-    (lambda x: jax.lax.top_k(x.T, 3), {"topk"}),                         # a transpose, then the last axis
+    (lambda x: jnp.sort(x, axis=-1), {"sort"}),                   # no index operand
+    (lambda x: jnp.argsort(x, axis=-1)[..., :3], {"sort"}),       # ascending
+    (lambda x: jax.lax.top_k(x, 3)[0] + jnp.sort(x)[..., :3], {"topk", "sort"}),
+    (lambda x: jax.lax.top_k(x.T, 3), {"topk"}),                  # a transpose, then the last axis
 ])
-def test_only_top_k_sorts_lower_to_the_kernel(fn: object, kernels: set[str]) -> None:
+def test_only_top_k_sorts_lower_to_the_topk_kernel(fn: object, kernels: set[str]) -> None:
     program = _plan(fn, ((64, 48), jnp.float32))
     assert {s.kernel for s in program.plan.steps if "sort" in s.ops} == kernels
 
@@ -47,7 +48,7 @@ def test_topk_for_requires_every_read_to_be_a_leading_slice() -> None:
     program = _plan(lambda x: jax.lax.sort((x, jax.lax.broadcasted_iota(jnp.int32, x.shape, 1)), num_keys=1,
                                            is_stable=True), ((64, 48), jnp.float32))
     (step,) = [s for s in program.plan.steps if "sort" in s.ops]
-    assert step.kernel == "gpsimd_sort"  # ascending, and its whole results are returned
+    assert step.kernel == "sort"  # ascending, and its whole results are returned: the sort kernel
 
 
 def test_many_row_tiles_are_sampled_within_two_percent() -> None:
@@ -117,3 +118,60 @@ def test_the_positions_iota_is_absorbed_unless_something_else_reads_it() -> None
                                             lambda a, b: (jnp.maximum(a[0], b[0]), jnp.minimum(a[1], b[1])), (1,)),
                    ((64, 48), jnp.float32))
     assert all(s.ops != ["iota", "reduce"] for s in shared.plan.steps)
+
+
+# ---- general sorts --------------------------------------------------------------------------------------
+
+SORTS: list[tuple[Any, list[tuple[tuple[int, ...], Any]]]] = [
+    (lambda x: jnp.sort(x), [((64, 100), jnp.float32)]),
+    (lambda x: jnp.argsort(x, axis=0), [((37, 6), jnp.bfloat16)]),                       # transposed rows
+    (lambda x: jnp.argsort(x, descending=True), [((9, 300), jnp.int32)]),                # reverse, sort, reverse
+    (lambda x: jnp.sort(x, axis=1, descending=True), [((3, 50, 4), jnp.float16)]),
+    (lambda x, y: jax.lax.sort((x, y), num_keys=2), [((20, 33), jnp.bfloat16), ((20, 33), jnp.uint32)]),
+    (lambda x, y: jax.lax.sort_key_val(x, y), [((5, 1000), jnp.int16), ((5, 1000), jnp.float32)]),
+    (lambda x, y, z: jax.lax.sort((x, y, z), num_keys=1, is_stable=True),
+     [((8, 17), jnp.uint8), ((8, 17), jnp.int8), ((8, 17), jnp.uint16)]),
+]
+
+
+@pytest.mark.parametrize("fn,shapes", SORTS)
+def test_jax_sorts_are_the_sort_kernel_and_match_jax(fn: Any, shapes: list[tuple[tuple[int, ...], Any]]) -> None:
+    program = _plan(fn, *shapes)
+    steps = [s for s in program.plan.steps if "sort" in s.ops]
+    assert {s.kernel for s in steps} == {"sort"}
+    assert all(s.busy["vector"] > 0 and s.instructions["vector"] > 0 for s in steps)
+    rng = np.random.default_rng(2)
+    args = []
+    for shape, dtype in shapes:
+        x = rng.integers(-3, 4, shape).astype(np.float32)   # ties
+        if jnp.issubdtype(dtype, jnp.floating):
+            x.reshape(-1)[::7] = np.nan
+            x.reshape(-1)[::5] = -0.0
+        args.append(np.asarray(x).astype(dtype) if jnp.issubdtype(dtype, jnp.floating) else
+                    rng.integers(0, 4, shape).astype(dtype))
+    got = trnsim.jit(fn)(*args)
+    want = fn(*args)
+    for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
+        assert np.array_equal(np.ascontiguousarray(g).view(np.uint8), np.ascontiguousarray(w).view(np.uint8))
+
+
+def test_sort_time_matches_the_kernel_and_is_sampled_for_many_rows() -> None:
+    program = _plan(lambda x: jnp.argsort(x, axis=-1), ((300, 64), jnp.float32))
+    (step,) = [s for s in program.plan.steps if "sort" in s.ops]
+    want = selection.sort_time("trn3", selection.Sort(300, 64, 1, ("fp32",), 1, False, (), True))
+    assert step.seconds == want.seconds and step.dma_bytes == want.hbm_bytes
+    for srt in (selection.Sort(128 * 34, 20, 1, ("fp32",), 1, False, (), True),
+                selection.Sort(17, 12, 200, ("bf16", "int32"), 1, False, (0, 1), False)):
+        sampled = selection.sort_time("trn3", srt)
+        whole = selection._sort_timed("trn3", srt)  # pyright: ignore[reportPrivateUsage]
+        assert abs(sampled.seconds - whole.seconds) <= 0.02 * whole.seconds
+
+
+@pytest.mark.parametrize("fn,shape,dtype", [
+    (lambda x: jnp.sort(x), (4, 40000), jnp.float32),                    # rows beyond the kernel's SBUF tiles
+    (lambda x: sum(jax.lax.sort((x, x + 1, x + 2, x + 3, x + 4), num_keys=1)), (4, 40), jnp.float32),  # 5 read
+    (lambda x: jax.lax.sort(x, is_stable=True), (4, 40), jnp.bool_),
+])
+def test_other_sorts_keep_the_analytic_cost(fn: Any, shape: tuple[int, ...], dtype: Any) -> None:
+    program = _plan(fn, (shape, dtype))
+    assert {s.kernel for s in program.plan.steps if "sort" in s.ops} == {"gpsimd_sort"}

@@ -220,6 +220,14 @@ def plan_graph(graph: Graph, ctx: PassContext, machine: costs.Machine) -> Plan:
             cost.busy, cost.instructions = dict(picked.busy), dict(picked.by_engine)
             cost.min_seconds = kernel_seconds = picked.seconds
             kernel_name = "topk"
+        elif kind == "sort" and (srt := selection.sort_for(head, consumers, results)) is not None and \
+                (ordered := _kernel_or_none(partial(selection.sort_time, machine.target, srt), ctx,
+                                            "sort_fallbacks")) is not None:
+            # any other sort of JAX's comparators: the library's sort kernel (a bitonic network on VectorE)
+            cost.busy, cost.instructions = dict(ordered.busy), dict(ordered.by_engine)
+            cost.min_seconds = kernel_seconds = ordered.seconds
+            cost.dma_bytes = ordered.hbm_bytes
+            kernel_name = "sort"
         elif kind == "reduce" and (arg := selection.argmax_for(head, consumers, results)) is not None and \
                 (found := _kernel_or_none(partial(selection.argmax_time, machine.target, arg), ctx,
                                           "argmax_fallbacks")) is not None:

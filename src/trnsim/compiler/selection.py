@@ -5,7 +5,13 @@ jaxlib legalizes ``chlo.top_k(x, k)`` (what ``jax.lax.top_k`` emits) into a stab
 ``iota`` along the last axis, compared ``GT`` in the total order, and two ``slice``s of the first ``k``
 columns. When every read of such a sort's results is one of those slices, the step is the top-k kernel
 (``trnsim.kernels.selection``: ⌈k/8⌉ rounds of VectorE's max8 / find_index8 / match_replace8 per tile of
-128 rows), timed by the instruction-level model; any other sort keeps the analytic cost (``costs``).
+128 rows), timed by the instruction-level model.
+
+Any other ``sort`` whose comparator is one JAX emits (``lax.sort`` / ``jnp.sort`` / ``jnp.argsort``: keys
+lexicographic, floats canonical in the total order, integers SIGNED / UNSIGNED; ``_comparator``) over
+dtypes of ≤ 32 bits is the sort kernel (``trnsim.kernels.sort``: a bitonic network on VectorE, one row a
+partition), an iota operand along the axis being its positions; rows too long for its SBUF tiles, other
+comparators and 64-bit or complex operands keep the analytic cost (``costs.sort_cost``).
 
 ``jnp.argmax(x, axis)`` (and ``lax.argmax``) is a ``reduce`` over ``axis`` of ``(x, iota along axis)`` from
 ``(-inf, 0)`` (the lowest integer for integer ``x``) whose body keeps the larger value, a NaN above any number,
@@ -20,7 +26,7 @@ extrapolated linearly (``kernel_timing.linear_fit``): its tiles repeat the same 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any
 
@@ -234,13 +240,151 @@ def _arg_timed(target: str, arg: ArgMax) -> TileTime:
     return time_kernel(argmax_kernel, spec, target=target, smallest=arg.smallest)
 
 
+# ---- general sorts ------------------------------------------------------------------------------------
+
+# the dtypes the sort kernel's levels hold exactly (32-bit integers as two halves) → DSL dtype; 64-bit types,
+# complex numbers and booleans keep the analytic cost
+SORT_DTYPES = {"f32": "fp32", "bf16": "bf16", "f16": "fp16", "i32": "int32", "ui32": "uint32", "i16": "int16",
+               "ui16": "uint16", "i8": "int8", "ui8": "uint8"}
+FLOAT_TYPES = ("f32", "bf16", "f16")
+COMPARE_TYPE = {"i32": "SIGNED", "i16": "SIGNED", "i8": "SIGNED", "ui32": "UNSIGNED", "ui16": "UNSIGNED",
+                "ui8": "UNSIGNED"}
+
+
+@dataclass(frozen=True)
+class Sort:
+    """A stable sort of ``dtypes`` operands (DSL dtypes) ``[outer, cols, inner]`` along the middle axis by
+    the first ``num_keys``; the results of ``keep`` are read, and ``positions`` (an iota operand's result)."""
+
+    outer: int
+    cols: int
+    inner: int
+    dtypes: tuple[str, ...]
+    num_keys: int
+    descending: bool
+    keep: tuple[int, ...]
+    positions: bool
+
+    @property
+    def tiles_per_outer(self) -> float:
+        """Row tiles of the kernel per index of ``outer`` (``sort_kernel``: 128 rows of ``I = 1``, else
+        128 of ``I`` at one ``o``)."""
+        return 1 / PARTITIONS if self.inner == 1 else float(-(-self.inner // PARTITIONS))
+
+
+def _sort_tree(region: Graph) -> Tree | None:
+    """The comparator's result as an expression tree over ``("arg", k)`` and ``("const", v)`` leaves
+    (``and``/``or`` operands sorted), or None for ops other than constant / compare / and / or / select."""
+    trees: dict[int, Tree] = {p.id: ("arg", k) for k, p in enumerate(region.params)}
+    for node in region.nodes:
+        if node.op == "constant" and node.out.type.size == 1:
+            value = float(node.attrs["value"].reshape(-1)[0])
+            trees[node.out.id] = ("const", "nan" if math.isnan(value) else value)
+            continue
+        args = [trees.get(v.id) for v in node.inputs]
+        if any(a is None for a in args):
+            return None
+        if node.op == "compare":
+            trees[node.out.id] = ("compare", node.attrs.get("comparison_direction"), node.attrs.get("compare_type"),
+                                  *args)
+        elif node.op in ("and", "or"):
+            trees[node.out.id] = (node.op, *sorted(args, key=repr))
+        elif node.op == "select":
+            trees[node.out.id] = ("select", *args)
+        else:
+            return None
+    (out,) = region.results or (None,)
+    return trees.get(out.id) if out is not None and len(region.results) == 1 else None
+
+
+def _comparator(dtypes: list[str], num_keys: int, direction: str) -> Tree:
+    """JAX's ``lax.sort`` comparator (``_sort_lt_comparator``) of the first ``num_keys`` operands: each
+    float made canonical (``-0.0`` → ``+0.0``, NaNs one NaN) and compared in the total order, integers as
+    themselves; keys lexicographic, ``direction`` LT (GT: descending)::
+
+        less = lt(k) for the last key;  less = lt(i) or (eq(i) and less) for the earlier ones
+    """
+    def canonical(k: int) -> Tree:
+        zero = ("select", ("compare", "EQ", "FLOAT", ("arg", k), ("const", 0.0)), ("const", 0.0), ("arg", k))
+        return ("select", ("compare", "NE", "FLOAT", ("arg", k), ("arg", k)), ("const", "nan"), zero)
+
+    def compare(i: int, how: str) -> Tree:
+        if dtypes[i] in FLOAT_TYPES:
+            return ("compare", how, "TOTALORDER", canonical(2 * i), canonical(2 * i + 1))
+        return ("compare", how, COMPARE_TYPE[dtypes[i]], ("arg", 2 * i), ("arg", 2 * i + 1))
+
+    less = compare(num_keys - 1, direction)
+    for i in range(num_keys - 2, -1, -1):
+        tie = ("and", *sorted([compare(i, "EQ"), less], key=repr))
+        less = ("or", *sorted([compare(i, direction), tie], key=repr))
+    return less
+
+
+def sort_for(sort: Node, consumers: dict[int, list[Node]], results: set[int]) -> Sort | None:
+    """The sort kernel's form of ``sort`` (StableHLO ``sort`` of JAX's comparators: ``_comparator``), when
+    its operands' dtypes have exact levels and its rows fit the kernel (``kernels.sort.fits``); an operand
+    that is an iota along the axis is the kernel's positions (``jnp.argsort``); else None. A sort the top-k
+    kernel computes (``topk_for``) is left to it."""
+    from trnsim.kernels.sort import MAX_OPERANDS, fits
+
+    if sort.op != "sort" or len(sort.regions) != 1 or topk_for(sort, consumers, results) is not None:
+        return None
+    types = [v.type for v in sort.inputs]
+    shape = types[0].shape
+    if not shape or any(t.dtype not in SORT_DTYPES for t in types) or types[0].size == 0:
+        return None
+    d = int(sort.attrs.get("dimension", -1)) % len(shape)
+    body = _sort_tree(sort.regions[0])
+    dtypes = [t.dtype for t in types]
+    found = next(((k, how == "GT") for k in range(1, len(types) + 1) for how in ("LT", "GT")
+                  if body == _comparator(dtypes, k, how)), None)
+    if found is None:
+        return None
+    num_keys, descending = found
+    read = [k for k, out in enumerate(sort.outputs) if out.id in results or consumers.get(out.id)]
+    iotas = {k for k, v in enumerate(sort.inputs) if k >= num_keys and v.type.dtype == "i32" and
+             (src := v.producer) is not None and src.op == "iota" and src.attrs.get("iota_dimension") == d}
+    positions = any(k in iotas for k in read)
+    operands = [k for k in range(len(types)) if k < num_keys or (k in read and k not in iotas)]
+    keep = tuple(operands.index(k) for k in read if k not in iotas)
+    kinds = tuple(SORT_DTYPES[dtypes[k]] for k in operands)
+    if len(operands) > MAX_OPERANDS or not fits(kinds, shape[d], num_keys, keep, positions, descending):
+        return None
+    return Sort(math.prod(shape[:d]), shape[d], math.prod(shape[d + 1:]), kinds, num_keys, descending, keep,
+                positions)
+
+
+def sort_time(target: str, srt: Sort) -> TileTime:
+    """The sort kernel's time (timing-only), sampled on ``outer`` when it has many row tiles (the tiles
+    repeat the same network)."""
+    per = srt.tiles_per_outer
+    if srt.outer * per <= 2 * SAMPLE_TILES:
+        return _sort_timed(target, srt)
+    small = max(1, round(SAMPLE_TILES / per))    # whole tiles: per is 1/p or an integer
+    large = 2 * small
+    a, b = (_sort_timed(target, replace(srt, outer=n)) for n in (small, large))
+    return extrapolate(a, b, linear_fit(small, large, srt.outer))
+
+
+@lru_cache(maxsize=256)
+def _sort_timed(target: str, srt: Sort) -> TileTime:
+    import trnsim
+    from trnsim.kernels.sort import sort_kernel
+
+    specs: list[Any] = [trnsim.TensorSpec((srt.outer, srt.cols, srt.inner), d) for d in srt.dtypes]   # timing only
+    return time_kernel(sort_kernel, *specs, target=target, num_keys=srt.num_keys, descending=srt.descending,
+                       keep=srt.keep, positions=srt.positions)
+
+
 def clear_memo() -> None:
-    """Forget the timed top-k and argmax kernels and their traces (``kernel_timing.clear_memo``)."""
+    """Forget the timed top-k, argmax and sort kernels and their traces (``kernel_timing.clear_memo``)."""
     from trnsim.kernels.selection import argmax_kernel, topk_kernel
+    from trnsim.kernels.sort import sort_kernel
 
     _timed.cache_clear()
     _arg_timed.cache_clear()
-    for kernel in (topk_kernel, argmax_kernel):
+    _sort_timed.cache_clear()
+    for kernel in (topk_kernel, argmax_kernel, sort_kernel):
         cache = getattr(kernel, "_cache", None)
         if isinstance(cache, dict):
             cache.clear()

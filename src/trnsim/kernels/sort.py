@@ -1,0 +1,364 @@
+"""Sorting along an axis in the kernel language: a bitonic network on VectorE over rows held in SBUF.
+
+Rows go on partitions, one row a partition, 128 rows a tile, a whole row along the free axis padded to
+``M = 2**m`` positions. A tile is shaped ``[P, 2, 2, …, 2]`` (``m`` axes, axis ``a`` the position's bit
+``m - a``) so that every compare-exchange stage is a handful of instructions on strided views of it: the
+pairs ``(i, i + 2**j)`` of a stage are the views with bit ``j`` at 0 and at 1, and the blocks that sort
+upwards / downwards the views with bit ``s`` at 0 / 1 (at most three free dimensions remain).
+
+A row's order is lexicographic over *levels*: fp32-exact tiles made from the keys, then the position
+(``iota``), so that no two elements compare equal and the network's result is the stable order::
+
+    float key      value with NaN → +inf (a NaN's place decided by the position level, or by a 0/1 NaN
+                   level in front when more keys follow); -0.0 == +0.0 as the comparison says
+    ≤ 16-bit int   the value itself
+    32-bit int     x >> 16 then x & 0xFFFF (each exact in fp32: the argmax kernel's two halves)
+    descending     each level negated (ints: -1 - x); a sole float key's NaNs move to the front
+    padding        the level dtype's largest value (+inf), the position +inf: after every element
+
+    for s in 1..m:                             merge sorted runs of 2**(s-1) into runs of 2**s
+        for j in s-1..0:                       (runs alternate up / down below s = m)
+            swap = less(second, first)         lt / eq / select over the levels, last level first
+            first', second' = select(swap, second, first), select(swap, first, second)   every tile
+
+Each operand whose result is read rides along as a *payload*: selects copy its bits (it is read through
+its bit-transparent view: fp32 for 4-byte types, int16 / int8 for narrower ones, so integers beyond 2**24,
+NaN payloads and -0.0 come out as they went in). A level that is the operand's own value (an ascending
+≤ 16-bit integer key) is its own payload.
+
+A row of ``N`` values costs ``m(m+1)/2`` stages of ``M/2`` pairs: ``(1 + 3(L-1)) + 2(L + Q)`` instructions a
+stage over ``M/2`` elements for ``L`` levels and ``Q`` payloads (plus a second call for the downward runs).
+Rows longer than ``max_row`` (the tiles of a stage and the next tile's loads must fit SBUF) are refused:
+the compiler keeps its analytic cost for them.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from trnsim import dsl
+from trnsim.dsl import Tensor
+from trnsim.dsl.errors import KernelError, fail
+from trnsim.isa.dtypes import get_dtype
+from trnsim.kernels.gemm import blocks
+from trnsim.kernels.layout import prefetch, prefetch_depth
+
+FLOATS = ("fp32", "bf16", "fp16")
+NARROW_INTS = ("int8", "uint8", "int16", "uint16")    # exact in fp32 as they are
+WIDE_INTS = ("int32", "uint32")                       # two 16-bit halves
+DTYPES = (*FLOATS, *NARROW_INTS, *WIDE_INTS)
+BITS_VIEW = {1: "int8", 2: "int16", 4: "fp32"}        # itemsize → the view selects copy bits through
+TOP = {"fp32": float("inf"), "bf16": float("inf"), "fp16": float("inf"), "int8": 127.0, "uint8": 255.0,
+       "int16": 32767.0, "uint16": 65535.0, "int32": 2.0**31 - 1}   # a level's padding: its dtype's largest
+MAX_OPERANDS = 4
+# SBUF bytes a partition may spend on a row tile (Plan.row_bytes): 7/8 of trn3's 256 KiB a partition
+# (reference/neuron.md §1.4: 32 MiB SBUF a core over 128 partitions), the rest for the allocator's slack
+ROW_BUDGET = 224 * 1024
+
+
+FP16_INTEGERS = 2048     # fp16 holds every integer up to 2**11
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What ``sort_kernel`` carries through the network: ``levels`` (their storage dtypes, the position
+    level last when ``indexed``), ``payloads`` (their dtypes), rows of ``cols`` values."""
+
+    cols: int
+    levels: tuple[str, ...]
+    payloads: tuple[str, ...]
+    indexed: bool
+    loaded: tuple[str, ...] = ()
+
+    @property
+    def bits(self) -> int:
+        return max(1, (self.cols - 1).bit_length())
+
+    @property
+    def width(self) -> int:
+        return 1 << self.bits
+
+    @property
+    def row_bytes(self) -> int:
+        """SBUF bytes a partition holds at most for one row tile: levels and payloads twice (a stage reads
+        one copy and writes the next), the raw keys as loaded, a stage's three bf16 masks of a quarter row
+        and the position constant."""
+        carried = sum(get_dtype(d).itemsize for d in (*self.levels, *self.payloads))
+        loaded = sum(get_dtype(d).itemsize for d in self.loaded)
+        return self.width * (2 * carried + loaded + 2 + (get_dtype(self.levels[-1]).itemsize if self.indexed else 0))
+
+
+def key_levels(dtype: str, sole: bool, descending: bool) -> list[str]:
+    """The storage dtypes of one key's levels (module docstring; ``_levels`` makes them)."""
+    if dtype in FLOATS:
+        return [dtype] if sole else ["bf16", dtype]
+    if dtype in NARROW_INTS:
+        return ["fp32" if descending else dtype]
+    return ["fp32", "fp32"]
+
+
+def plan(dtypes: tuple[str, ...], cols: int, num_keys: int = 1, keep: tuple[int, ...] = (0,),
+         positions: bool = False, descending: bool = False) -> Plan:
+    """The levels and payloads of a sort of operands ``dtypes`` by the first ``num_keys`` (module docstring).
+    The position level is left out when ties cannot show (integer keys, only keys read, no positions); it
+    is fp16 while its values (``-M..2M``: a sole float key's NaNs move by ``±M``) are fp16 integers."""
+    levels = [d for key in dtypes[:num_keys] for d in key_levels(key, num_keys == 1, descending)]
+    own = not descending
+    payloads = [dtypes[k] for k in keep if not (own and k < num_keys and dtypes[k] in NARROW_INTS)]
+    width = 1 << max(1, (cols - 1).bit_length())
+    indexed = positions or any(k >= num_keys for k in keep) or any(d in FLOATS for d in dtypes[:num_keys])
+    if indexed:
+        levels.append("fp16" if 2 * width <= FP16_INTEGERS else "fp32")
+    loaded = tuple(d for k, d in enumerate(dtypes) if k < num_keys or k in keep)
+    return Plan(cols, tuple(levels), tuple(payloads), indexed, loaded)
+
+
+def fits(dtypes: tuple[str, ...], cols: int, num_keys: int = 1, keep: tuple[int, ...] = (0,),
+         positions: bool = False, descending: bool = False) -> bool:
+    """Whether ``sort_kernel`` takes rows of ``cols`` values of these operands (dtypes, SBUF, positions)."""
+    return (all(d in DTYPES for d in dtypes) and 1 <= num_keys <= len(dtypes) <= MAX_OPERANDS and cols < 2**23
+            and plan(dtypes, cols, num_keys, keep, positions, descending).row_bytes <= ROW_BUDGET)
+
+
+@dsl.kernel
+def sort_kernel(x0: Tensor, x1: Tensor | None = None, x2: Tensor | None = None, x3: Tensor | None = None, *,
+                num_keys: int = 1, descending: bool = False, keep: tuple[int, ...] = (0,),
+                positions: bool = False) -> tuple[Tensor, ...]:
+    """The operands ``x0..x3 [O, N, I]`` sorted along their middle axis, lexicographically by the first
+    ``num_keys`` (each row ``x[o, :, i]`` one sort), stably: ``lax.sort``'s results (``descending``: by
+    each key's ``GT``). Floats compare as JAX's comparator does: -0.0 == +0.0, every NaN equal and above
+    +inf. Returns the sorted operands listed in ``keep`` (in that order), then, with ``positions``, the
+    int32 positions each element came from (``jnp.argsort``'s result). Rows of ``I = 1`` tile 128 of ``O``;
+    ``I > 1`` tiles 128 of ``I`` at one ``o``, loaded and stored through transposed views."""
+    xs = [x for x in (x0, x1, x2, x3) if x is not None]
+    dtypes = tuple(x.dtype for x in xs)
+    outer, cols, inner = x0.shape
+    if any(x.shape != x0.shape for x in xs):
+        fail(f"operands of shapes {[x.shape for x in xs]}", "sort operands of one shape")
+    if not fits(dtypes, cols, num_keys, keep, positions, descending):
+        fail(f"a sort of {dtypes} by {num_keys} keys, rows of {cols}",
+             f"operands of {', '.join(DTYPES)}, 1..{MAX_OPERANDS} of them, rows whose tiles fit "
+             f"{ROW_BUDGET // 1024} KiB a partition (sort_kernel's plan().row_bytes)")
+    shape = plan(dtypes, cols, num_keys, keep, positions, descending)
+    m, width = shape.bits, shape.width
+    outs = [dsl.hbm_tensor((outer, cols, inner), dtypes[k], name=f"sorted{k}") for k in keep]
+    where_to = dsl.hbm_tensor((outer, cols, inner), "int32", name="positions") if positions else None
+    pmax = dsl.tile_size().pmax
+    bit_shape = (pmax,) + (2,) * m
+    filled, padding = _prefix(cols, m), _suffix(cols, m)
+    iota = dsl.sbuf(bit_shape, shape.levels[-1]) if shape.indexed else None
+    if iota is not None:
+        dsl.copy(dsl.iota((pmax, width), "fp32"), out=iota)
+        for view in _blocks(iota, padding):
+            dsl.memset(view, float("inf"))
+    inf = dsl.full((pmax,) + (1,) * m, float("inf"))
+    tiles = ([(o0, 0, rn) for o0, rn in blocks(outer, pmax)] if inner == 1 else
+             [(o, i0, rn) for o in range(outer) for i0, rn in blocks(inner, pmax)])
+    needed = sorted({*range(num_keys), *keep})
+    queues = itertools.cycle(range(16))   # a core's DMA queues (reference/neuron.md §1.2)
+
+    def hbm(x: Tensor, o: int, i0: int, rn: int, v0: int, n: int) -> Tensor:
+        return x[o : o + rn, v0 : v0 + n, 0] if inner == 1 else x[o, v0 : v0 + n, i0 : i0 + rn].T
+
+    def load(tile: tuple[int, int, int]) -> Callable[[], dict[int, Tensor]]:
+        o, i0, rn = tile
+
+        def issue() -> dict[int, Tensor]:
+            raw: dict[int, Tensor] = {}
+            for k in needed:
+                t = dsl.sbuf((rn,) + (2,) * m, dtypes[k])
+                for (v0, n), view in zip(filled, _blocks(t, filled), strict=True):
+                    dsl.dma_copy(view, hbm(xs[k], o, i0, rn, v0, n), queue=next(queues))
+                for view in _blocks(t, padding):
+                    dsl.memset(view, 0.0, engine="gpsimd")
+                raw[k] = t
+            return raw
+        return issue
+
+    depth = prefetch_depth(width * sum(get_dtype(dtypes[k]).itemsize for k in needed), shape.row_bytes)
+    for (o, i0, rn), raw in zip(tiles, prefetch([load(t) for t in tiles], depth), strict=True):
+        levels, own = _row_levels(raw, num_keys, descending, inf[:rn], padding, iota)
+        payloads = [raw[k] for k in keep if k not in own]
+        raw.clear()          # keys not read back: their tiles go as soon as their levels are made
+        _network(levels, payloads, m)
+        done = iter(payloads)
+        results = {k: levels[own[k]] if k in own else next(done) for k in keep}
+        for k, out in zip(keep, outs, strict=True):
+            for (v0, n), view in zip(filled, _blocks(results[k], filled), strict=True):
+                dsl.dma_copy(hbm(out, o, i0, rn, v0, n), view, queue=next(queues))
+        if where_to is not None:
+            wrap = float(width)    # a NaN's position ± M comes back to its own
+            for (v0, n), view in zip(filled, _blocks(levels[-1], filled), strict=True):
+                pos = dsl.tensor_scalar(view, "add", wrap, "mod", wrap, dtype="int32")
+                dsl.dma_copy(hbm(where_to, o, i0, rn, v0, n), pos, queue=next(queues))
+    return (*outs, *([where_to] if where_to is not None else []))
+
+
+def _row_levels(raw: dict[int, Tensor], num_keys: int, descending: bool, inf: Tensor,
+                padding: list[tuple[int, int]], iota: Tensor | None) -> tuple[list[Tensor], dict[int, int]]:
+    """A row tile's levels (the keys' ``_levels``, padded, then the positions when ``iota`` is given) and,
+    for each operand whose level is its values, that level (module docstring)."""
+    levels: list[Tensor] = []
+    nan: Tensor | None = None
+    own: dict[int, int] = {}
+    for k in range(num_keys):
+        made, isnan = _levels(raw[k], descending, num_keys == 1, inf)
+        if made[0] is raw[k]:
+            own[k] = len(levels)
+        levels += made
+        nan = isnan if isnan is not None else nan
+    for level in levels:
+        if level.dtype in TOP:
+            for view in _blocks(level, padding):
+                dsl.memset(view, TOP[level.dtype], engine="gpsimd")
+    if iota is not None:
+        rn = inf.shape[0]
+        index = iota[:rn]
+        if nan is not None:   # a sole float key: NaNs after +inf (descending: before -inf), in position order
+            width = iota.size // iota.shape[0]
+            index = dsl.tensor_scalar(nan, "mul", float(-width if descending else width), dtype=iota.dtype)
+            dsl.tensor_tensor(index, iota[:rn], "add", out=index)
+        levels.append(index)
+    return levels, own
+
+
+def _prefix(cols: int, m: int) -> list[tuple[int, int]]:
+    """Positions ``0..cols`` as aligned power-of-two blocks ``(first, size)``, largest first."""
+    out: list[tuple[int, int]] = []
+    v0 = 0
+    for b in range(m, -1, -1):
+        if cols & (1 << b):
+            out.append((v0, 1 << b))
+            v0 += 1 << b
+    return out
+
+
+def _suffix(cols: int, m: int) -> list[tuple[int, int]]:
+    """Positions ``cols..2**m`` (the padding) as aligned power-of-two blocks ``(first, size)``."""
+    out: list[tuple[int, int]] = []
+    v0 = cols
+    for b in range(m + 1):
+        if v0 < 1 << m and v0 & (1 << b):
+            out.append((v0, 1 << b))
+            v0 += 1 << b
+    return out
+
+
+def _blocks(t: Tensor, spans: list[tuple[int, int]]) -> list[Tensor]:
+    """The views of bit-shaped tile ``t`` (``[P, 2, …, 2]``) holding each aligned block of positions."""
+    m = len(t.shape) - 1
+    views: list[Tensor] = []
+    for v0, n in spans:
+        b = n.bit_length() - 1
+        index = [slice(None)] + [(v0 >> (m - 1 - a)) & 1 if a < m - b else slice(None) for a in range(m)]
+        views.append(t[tuple(index)])
+    return views
+
+
+def _levels(raw: Tensor, descending: bool, sole: bool, inf: Tensor) -> tuple[list[Tensor], Tensor | None]:
+    """The levels of one key (module docstring) and, for a sole float key, its 0/1 NaN mask."""
+    shape = raw.shape
+    if raw.dtype in FLOATS:
+        isnan = dsl.tensor_tensor(raw, raw, "ne", dtype="bf16")
+        value = dsl.where(isnan, inf.broadcast_to(shape), raw, dtype=raw.dtype)
+        if descending:
+            dsl.tensor_scalar(value, "mul", -1.0, out=value)
+        if sole:
+            return [value], isnan
+        flag = dsl.tensor_scalar(isnan, "mul", -1.0) if descending else isnan
+        return [flag, value], None
+    if raw.dtype in NARROW_INTS:
+        return [dsl.tensor_scalar(raw, "mul", -1.0, "add", -1.0, dtype="fp32") if descending else raw], None
+    halves = [dsl.tensor_scalar(raw, "shr", 16.0, dtype="fp32"),
+              dsl.tensor_scalar(raw, "and", 65535.0, dtype="fp32", engine="gpsimd")]
+    if descending:
+        for h in halves:
+            dsl.tensor_scalar(h, "mul", -1.0, "add", -1.0, out=h)
+    return halves, None
+
+
+def _pair(t: Tensor, s: int, j: int, up: int | None) -> tuple[Tensor, Tensor]:
+    """The views of stage ``(s, j)`` of bit-shaped ``t``: the pair members that take the lower and the
+    higher of each pair, in the runs of bit ``s`` = ``up`` (``None``: every run sorts upwards)."""
+    m = len(t.shape) - 1
+    index: list[slice | int] = [slice(None)] * (m + 1)
+    if up is not None:
+        index[m - s] = up
+    lo, hi = list(index), list(index)
+    lo[m - j], hi[m - j] = 0, 1
+    a, b = t[tuple(lo)], t[tuple(hi)]
+    return (b, a) if up == 1 else (a, b)
+
+
+def _network(levels: list[Tensor], payloads: list[Tensor], m: int) -> None:
+    """The bitonic network over bit-shaped tiles (module docstring), replacing the tiles of ``levels`` and
+    ``payloads`` (in place: a stage's inputs are freed as it ends) by the sorted ones."""
+    for s in range(1, m + 1):
+        for j in range(s - 1, -1, -1):
+            new_levels = [dsl.sbuf(t.shape, t.dtype) for t in levels]
+            new_payloads = [dsl.sbuf(t.shape, t.dtype) for t in payloads]
+            for up in ((0, 1) if s < m else (None,)):
+                _exchange(levels, payloads, new_levels, new_payloads, s, j, up)
+            levels[:], payloads[:] = new_levels, new_payloads
+
+
+def _exchange(levels: list[Tensor], payloads: list[Tensor], new_levels: list[Tensor], new_payloads: list[Tensor],
+              s: int, j: int, up: int | None) -> None:
+    """One compare-exchange of stage ``(s, j)`` over the runs of bit ``s`` = ``up`` (``_pair``), from the
+    tiles into the new ones. The first level goes by min / max (two inputs, not a select's three); a
+    single level needs no swap mask; payloads move through their bit-transparent views."""
+    firsts, seconds = zip(*(_pair(t, s, j, up) for t in levels), strict=True)
+    low, high = _pair(new_levels[0], s, j, up)
+    dsl.tensor_tensor(firsts[0], seconds[0], "min", out=low)
+    dsl.tensor_tensor(firsts[0], seconds[0], "max", out=high)
+    moves = [*zip(levels[1:], new_levels[1:], strict=True),
+             *((p.bitcast(BITS_VIEW[get_dtype(p.dtype).itemsize]), q.bitcast(BITS_VIEW[get_dtype(q.dtype).itemsize]))
+               for p, q in zip(payloads, new_payloads, strict=True))]
+    if not moves:
+        return
+    swap = _less(list(seconds), list(firsts))
+    for old, new in moves:
+        (a, b), (na, nb) = _pair(old, s, j, up), _pair(new, s, j, up)
+        dsl.where(swap, b, a, out=na)
+        dsl.where(swap, a, b, out=nb)
+
+
+def _less(a: list[Tensor], b: list[Tensor]) -> Tensor:
+    """1 where levels ``a`` are lexicographically below ``b`` (the last level decides ties), else 0 (bf16:
+    VectorE's fast rate for the masks' own select)."""
+    less = dsl.tensor_tensor(a[-1], b[-1], "lt", dtype="bf16")
+    for x, y in zip(reversed(a[:-1]), reversed(b[:-1]), strict=True):
+        lt = dsl.tensor_tensor(x, y, "lt", dtype="bf16")
+        eq = dsl.tensor_tensor(x, y, "eq", dtype="bf16")
+        less = dsl.where(eq, less, lt)
+    return less
+
+
+def sort(*operands: ArrayLike, axis: int = -1, num_keys: int = 1, descending: bool = False,
+         dtypes: tuple[str | None, ...] | None = None, positions: bool = False, values: bool = True,
+         target: str = "trn3") -> list[NDArray[np.float32] | NDArray[np.int64]]:
+    """``operands`` (one shape) sorted along ``axis`` by the first ``num_keys``, stably (``lax.sort``'s
+    results; ``descending``: each key's ``GT``), each operand's sorted values (none without ``values``);
+    with ``positions`` also where each came from (``jnp.argsort``). ``dtypes`` gives ISA dtypes numpy lacks
+    (``"bf16"``).
+
+        >>> sort([[3.0, 1.0, 2.0, 1.0]], positions=True)[1].tolist()
+        [[1, 3, 2, 0]]
+    """
+    arrs = [np.asarray(x) for x in operands]
+    if not arrs or arrs[0].ndim == 0 or arrs[0].size == 0:
+        raise KernelError(f"a sort of {len(arrs)} operands", where="kernels.sort",
+                          hint="pass at least one array with values along the axis")
+    shape = arrs[0].shape
+    axis %= len(shape)
+    views = [a.reshape(int(np.prod(shape[:axis])), shape[axis], int(np.prod(shape[axis + 1:]))) for a in arrs]
+    kinds = dtypes or (None,) * len(views)
+    args = [dsl.typed(v, d) if d is not None else v for v, d in zip(views, kinds, strict=True)]
+    out = dsl.run_kernel(sort_kernel, *args, target=target, num_keys=num_keys, descending=descending,
+                         keep=tuple(range(len(args))) if values else (), positions=positions).outputs
+    return [o.reshape(shape) for o in out]
