@@ -33,7 +33,7 @@ costs at least 64 columns, ``reference/neuron.md`` §2.6 and the trn3 preset, so
 
 Groups (``feature_groups``: ResNeXt, depthwise) run in the output-stationary mappings with *block-diagonal*
 stationaries: each group's ``[Ci/G, Co/G]`` block of a tap on its diagonal place of a zeroed ``[ci, co]``
-tile (one DMA a group and tap), and a Co tile contracts only the channel tiles of its own groups, so a 128 x
+tile (one DMA a group for all its taps), and a Co tile contracts only the channel tiles of its own groups, so a 128 x
 128 matmul does ``128 / (Ci/G)`` groups at once instead of one tiny matmul a group. Depthwise (one channel a
 group) runs one of two ways, whichever the timing model's cost rules make faster (``sim/timing/costs.py``,
 trn3 preset: TensorE 2.4 GHz; VectorE, ScalarE, GpSimd 1.2 GHz at 256, 128, 128 fp32 elements a cycle). A
@@ -399,6 +399,21 @@ def _block_diagonal(tile: Tensor, wv: Tensor, g: Geometry, taps: tuple[Pair, ...
                      wv[ky, kx, r0 - k * cig : r1 - k * cig, q0:q1])
 
 
+def _grouped_taps(wv: Tensor, g: Geometry, ci: Pair, co: Pair, dtype: str) -> Tensor:
+    """Every tap's block-diagonal stationary of input channels ``ci`` and output channels ``co`` at once,
+    ``[cn, KH, KW, on]`` (the shared-input mapping's weights: one DMA a group for all its taps)."""
+    (c0, cn), (o0, on) = ci, co
+    cig, cog = g.ci // g.groups, g.co // g.groups
+    tile = dsl.memset(dsl.sbuf((cn, g.kh, g.kw, on), dtype), 0.0, engine="gpsimd")
+    for k in range(c0 // cig, (c0 + cn - 1) // cig + 1):
+        r0, r1 = max(c0, k * cig), min(c0 + cn, (k + 1) * cig)
+        q0, q1 = max(o0, k * cog), min(o0 + on, (k + 1) * cog)
+        if r0 < r1 and q0 < q1:
+            dsl.load(tile[r0 - c0 : r1 - c0, :, :, q0 - o0 : q1 - o0],
+                     wv[:, :, r0 - k * cig : r1 - k * cig, q0:q1].permute(2, 0, 1, 3))
+    return tile
+
+
 def _diagonal(wv: Tensor, g: Geometry, c: Pair, dtype: str) -> Callable[[int, int], Tensor]:
     """Depthwise taps as diagonal stationaries ``[cn, cn]`` of channels ``c``: the kernel's taps load once
     as columns ``[cn, KH, KW]`` (one DMA) and each tap's diagonal is an identity scaled per partition."""
@@ -443,6 +458,7 @@ def dense(xv: Tensor, wv: Tensor, ov: Tensor, g: Geometry, depth: Depth, out_dty
     depthwise = g.groups == g.ci == g.co and not packed
     diagonals: dict[tuple[int, Pair], Callable[[int, int], Tensor]] = {}
     columns: dict[int, Tensor] = {}
+    blocked: dict[tuple[int, Pair, Pair], Tensor] = {}
 
     def column(kd: int, o: int, tap: Pair) -> Tensor:
         """Depthwise multiply-accumulate: the tap's per-channel weights ``[on, 1]`` of Co tile ``o`` (all taps
@@ -479,6 +495,12 @@ def dense(xv: Tensor, wv: Tensor, ov: Tensor, g: Geometry, depth: Depth, out_dty
                 if (kd, ci) not in diagonals:
                     diagonals[(kd, ci)] = _diagonal(wv[kd], g, ci, xv.dtype)
                 tile = diagonals[(kd, ci)](*slot.taps[0])
+            elif g.groups > 1 and not packed:
+                if (kd, ci, co) not in blocked:
+                    if not resident:  # one channel tile pair's taps at a time
+                        blocked.clear()
+                    blocked[(kd, ci, co)] = _grouped_taps(wv[kd], g, ci, co, xv.dtype)
+                tile = blocked[(kd, ci, co)][:, slot.taps[0][0], slot.taps[0][1], :]
             else:
                 tile = dsl.sbuf((len(slot.taps) * ci[1], co[1]), xv.dtype)
                 if g.groups > 1:
