@@ -17,6 +17,7 @@ import trnsim
 from trnsim.compiler import poolgen
 from trnsim.compiler.lowering import Step
 from trnsim.conformance import run_file
+from trnsim.kernels.pool import Depth
 
 POOL_OPS = ("reduce_window", "select_and_scatter")
 CORPUS = Path("/work/shared/conformance/stablehlo")
@@ -179,6 +180,10 @@ def test_integer_max_pool_is_a_kernel() -> None:
     poolgen.Pool((80, 56, 56, 64), (3, 3), (2, 2), ((1, 1), (1, 1)), (1, 1), "bf16", "max", None),
     poolgen.Pool((70, 57, 57, 64), (3, 3), (2, 2), ((0, 0), (0, 0)), (1, 1), "bf16", "add", 0.0, "GE"),
     poolgen.Pool((600, 16, 16, 24), (2, 2), (2, 2), ((0, 0), (0, 0)), (1, 1), "fp32", "add", 0.0, "GE"),
+    poolgen.Pool((130, 4, 4, 4), (2, 2), (2, 2), ((0, 0), (0, 0)), (1, 1), "bf16", "add", 0.0, "GE",
+                 depth=Depth(8, 2, 2)),                                                 # 3-D: bands of planes
+    poolgen.Pool((130, 4, 4, 4), (3, 3), (2, 2), ((1, 1), (1, 1)), (1, 1), "fp32", "max", None, "GE",
+                 depth=Depth(8, 3, 2, (1, 1)), gather=0.0),
 ])
 def test_large_batches_are_sampled(form: poolgen.Pool) -> None:
     sampled = poolgen.pool_time("trn3", form)
