@@ -76,7 +76,7 @@ def _same(got: np.ndarray, want: np.ndarray) -> bool:
     return np.array_equal(np.asarray(got).astype(want.dtype).view(np.uint8), want.view(np.uint8))
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(shape=st.lists(st.integers(1, 24), min_size=1, max_size=3), axis_pick=st.integers(0, 2),
        dtypes=st.lists(st.sampled_from(sorted(NP_DTYPES)), min_size=1, max_size=3), keys_pick=st.integers(0, 2),
        descending=st.booleans(), spread=st.sampled_from([2, 1000]), values=st.booleans(),

@@ -1,4 +1,4 @@
-"""Sorting along an axis in the kernel language: a bitonic network on VectorE over rows held in SBUF.
+"""Sorting along an axis in the kernel language: a bitonic network on VectorE and GpSimd over rows in SBUF.
 
 Rows go on partitions, one row a partition, 128 rows a tile, a whole row along the free axis padded to
 ``M = 2**m`` positions. A tile is shaped ``[P, 2, 2, …, 2]`` (``m`` axes, axis ``a`` the position's bit
@@ -27,7 +27,8 @@ NaN payloads and -0.0 come out as they went in). A level that is the operand's o
 ≤ 16-bit integer key) is its own payload.
 
 A row of ``N`` values costs ``m(m+1)/2`` stages of ``M/2`` pairs: ``(1 + 3(L-1)) + 2(L + Q)`` instructions a
-stage over ``M/2`` elements for ``L`` levels and ``Q`` payloads (plus a second call for the downward runs).
+stage over ``M/2`` elements for ``L`` levels and ``Q`` payloads (plus a second call for the downward runs);
+VectorE makes the masks, the min / max and selects are shared with GpSimd by their expected cycles.
 Rows longer than ``max_row`` (the tiles of a stage and the next tile's loads must fit SBUF) are refused:
 the compiler keeps its analytic cost for them.
 """
@@ -43,6 +44,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from trnsim import dsl
 from trnsim.dsl import Tensor
+from trnsim.dsl.compute import Engine
 from trnsim.dsl.errors import KernelError, fail
 from trnsim.isa.dtypes import get_dtype
 from trnsim.kernels.gemm import blocks
@@ -61,6 +63,10 @@ MAX_OPERANDS = 4
 ROW_BUDGET = 224 * 1024
 
 
+# elements a cycle over 128 partitions (reference/neuron.md §1.4 per-core table): (any dtype, 16-bit floats)
+RATES: dict[Engine, tuple[int, int]] = {"vector": (256, 512), "gpsimd": (128, 128)}
+HALF_FLOATS = ("bf16", "fp16")
+STATIC_CYCLES = 100   # an instruction's fixed cost on either engine (reference/neuron.md §1.2: VectorE's ~100)
 FP16_INTEGERS = 2048     # fp16 holds every integer up to 2**11
 
 
@@ -311,21 +317,38 @@ def _exchange(levels: list[Tensor], payloads: list[Tensor], new_levels: list[Ten
               s: int, j: int, up: int | None) -> None:
     """One compare-exchange of stage ``(s, j)`` over the runs of bit ``s`` = ``up`` (``_pair``), from the
     tiles into the new ones. The first level goes by min / max (two inputs, not a select's three); a
-    single level needs no swap mask; payloads move through their bit-transparent views."""
+    single level needs no swap mask; payloads move through their bit-transparent views. VectorE makes the
+    mask; each min / max / select goes to VectorE or GpSimd, whichever would finish it first (``_cycles``)."""
     firsts, seconds = zip(*(_pair(t, s, j, up) for t in levels), strict=True)
-    low, high = _pair(new_levels[0], s, j, up)
-    dsl.tensor_tensor(firsts[0], seconds[0], "min", out=low)
-    dsl.tensor_tensor(firsts[0], seconds[0], "max", out=high)
     moves = [*zip(levels[1:], new_levels[1:], strict=True),
              *((p.bitcast(BITS_VIEW[get_dtype(p.dtype).itemsize]), q.bitcast(BITS_VIEW[get_dtype(q.dtype).itemsize]))
                for p, q in zip(payloads, new_payloads, strict=True))]
-    if not moves:
-        return
-    swap = _less(list(seconds), list(firsts))
+    swap = _less(list(seconds), list(firsts)) if moves else None
+    last = len(firsts) - 1       # the mask: lt of the last level, lt / eq / select of each earlier one
+    load = {"vector": sum(_cycles("vector", [x, x, swap]) * (1 if k == last else 3) for k, x in enumerate(firsts))
+            if swap is not None else 0.0, "gpsimd": 0.0}
+
+    def engine(*operands: Tensor) -> Engine:
+        best = min(RATES, key=lambda e: load[e] + _cycles(e, list(operands)))
+        load[best] += _cycles(best, list(operands))
+        return best
+
+    low, high = _pair(new_levels[0], s, j, up)
+    dsl.tensor_tensor(firsts[0], seconds[0], "min", out=low, engine=engine(firsts[0], seconds[0], low))
+    dsl.tensor_tensor(firsts[0], seconds[0], "max", out=high, engine=engine(firsts[0], seconds[0], high))
     for old, new in moves:
+        assert swap is not None
         (a, b), (na, nb) = _pair(old, s, j, up), _pair(new, s, j, up)
-        dsl.where(swap, b, a, out=na)
-        dsl.where(swap, a, b, out=nb)
+        dsl.where(swap, b, a, out=na, engine=engine(swap, b, a, na))
+        dsl.where(swap, a, b, out=nb, engine=engine(swap, a, b, nb))
+
+
+def _cycles(engine: Engine, operands: list[Tensor]) -> float:
+    """Cycles ``engine`` takes for an instruction: its static overhead and its inputs (all but the last
+    operand, its output) streamed at the rate of the slowest dtype (the timing model's, ``sim.timing.costs``)."""
+    wide, narrow = RATES[engine]
+    rate = narrow if all(t.dtype in HALF_FLOATS for t in operands) else wide
+    return STATIC_CYCLES + (len(operands) - 1) * operands[0].size / operands[0].shape[0] * 128 / rate
 
 
 def _less(a: list[Tensor], b: list[Tensor]) -> Tensor:
