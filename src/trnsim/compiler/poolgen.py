@@ -129,56 +129,74 @@ def _gather_select(region: Graph) -> str | None:
     return str(cmp.attrs.get("comparison_direction"))
 
 
+def _pool(node: Node) -> Pool | None:
+    """``pool_kernel``'s arguments for a one-operand reduce_window."""
+    from trnsim.kernels.pool import IDENTITY, MAX_INT_TERMS
+
+    x, init_v = node.inputs
+    op = REDUCE_OP.get(simple_combiner(node.regions[0]) or "")
+    init = _scalar_constant(init_v)
+    rank = len(x.type.shape)
+    base = [int(d) for d in node.attrs.get("base_dilations") or [1] * rank]
+    dilation = [int(d) for d in node.attrs.get("window_dilations") or [1] * rank]
+    dtype = DSL_DTYPE.get(x.type.dtype) or EXACT_INTS.get(x.type.dtype)
+    if op is None or init is None or dtype is None or any(d != 1 for d in base) or np.isnan(init):
+        return None
+    win = _window(node, x, dilation)
+    if win is None or (op == "add" and x.type.dtype in EXACT_INTS
+                       and math.prod(win.size) * win.depth.size + 1 > MAX_INT_TERMS):
+        return None
+    return Pool(win.shape, win.size, win.stride, win.pad, win.dilation, dtype, op,
+                None if init == IDENTITY[op] else init, depth=win.depth)
+
+
+def _scatter(node: Node) -> Pool | None:
+    """``pool_grad_kernel``'s arguments for a select_and_scatter."""
+    from trnsim.kernels.pool import MAX_INT_TERMS, SELECT
+
+    x, source, init_v = node.inputs
+    select = _compare(node.regions[0], x.type.dtype)
+    init = _scalar_constant(init_v)
+    dtype = DSL_DTYPE.get(x.type.dtype) or EXACT_INTS.get(x.type.dtype)
+    if (select not in SELECT or simple_combiner(node.regions[1]) != "add" or init is None or dtype is None
+            or source.type.dtype != x.type.dtype or not np.isfinite(init)):
+        return None
+    win = _window(node, x, [1] * len(x.type.shape))
+    if win is None or (x.type.dtype in EXACT_INTS and math.prod(win.size) * win.depth.size > MAX_INT_TERMS):
+        return None
+    return Pool(win.shape, win.size, win.stride, win.pad, win.dilation, dtype, "add", init, select,
+                depth=win.depth)
+
+
+def _gather(node: Node) -> Pool | None:
+    """``pool_gather_kernel``'s arguments for a two-operand reduce_window."""
+    from trnsim.kernels.pool import IDENTITY, SELECT
+
+    x, t, init_v, init_t = node.inputs
+    select = _gather_select(node.regions[0])
+    init, tangent_init = _scalar_constant(init_v), _scalar_constant(init_t)
+    dtype = DSL_DTYPE.get(x.type.dtype)
+    rank = len(x.type.shape)
+    base = [int(d) for d in node.attrs.get("base_dilations") or [1] * rank]
+    if (select not in SELECT or init is None or tangent_init is None or dtype is None
+            or t.type.dtype != x.type.dtype or any(d != 1 for d in base) or np.isnan(init)):
+        return None
+    win = _window(node, x, [int(d) for d in node.attrs.get("window_dilations") or [1] * rank])
+    if win is None:
+        return None
+    op = SELECT[select][0]
+    return Pool(win.shape, win.size, win.stride, win.pad, win.dilation, dtype, op,
+                None if init == IDENTITY[op] else init, select, depth=win.depth, gather=tangent_init)
+
+
+# (op, operands and inits, regions) → the arguments of the kernel that computes such a node, or None
+FORMS = {("reduce_window", 2, 1): _pool, ("select_and_scatter", 3, 2): _scatter, ("reduce_window", 4, 1): _gather}
+
+
 def pool_for(node: Node) -> Pool | None:
     """The pool kernel's arguments if one computes ``node`` (module docstring); else None."""
-    from trnsim.kernels.pool import IDENTITY, MAX_INT_TERMS, SELECT
-
-    if node.op == "reduce_window" and len(node.inputs) == 2 and len(node.regions) == 1:
-        x, init_v = node.inputs
-        op = REDUCE_OP.get(simple_combiner(node.regions[0]) or "")
-        init = _scalar_constant(init_v)
-        rank = len(x.type.shape)
-        base = [int(d) for d in node.attrs.get("base_dilations") or [1] * rank]
-        dilation = [int(d) for d in node.attrs.get("window_dilations") or [1] * rank]
-        dtype = DSL_DTYPE.get(x.type.dtype) or EXACT_INTS.get(x.type.dtype)
-        if op is None or init is None or dtype is None or any(d != 1 for d in base) or np.isnan(init):
-            return None
-        win = _window(node, x, dilation)
-        if win is None or (op == "add" and x.type.dtype in EXACT_INTS
-                           and math.prod(win.size) * win.depth.size + 1 > MAX_INT_TERMS):
-            return None
-        return Pool(win.shape, win.size, win.stride, win.pad, win.dilation, dtype, op,
-                    None if init == IDENTITY[op] else init, depth=win.depth)
-    if node.op == "select_and_scatter" and len(node.inputs) == 3 and len(node.regions) == 2:
-        x, source, init_v = node.inputs
-        select = _compare(node.regions[0], x.type.dtype)
-        init = _scalar_constant(init_v)
-        dtype = DSL_DTYPE.get(x.type.dtype) or EXACT_INTS.get(x.type.dtype)
-        if (select not in SELECT or simple_combiner(node.regions[1]) != "add" or init is None or dtype is None
-                or source.type.dtype != x.type.dtype or not np.isfinite(init)):
-            return None
-        win = _window(node, x, [1] * len(x.type.shape))
-        if win is None or (x.type.dtype in EXACT_INTS and math.prod(win.size) * win.depth.size > MAX_INT_TERMS):
-            return None
-        return Pool(win.shape, win.size, win.stride, win.pad, win.dilation, dtype, "add", init, select,
-                    depth=win.depth)
-    if node.op == "reduce_window" and len(node.inputs) == 4 and len(node.regions) == 1:
-        x, t, init_v, init_t = node.inputs
-        select = _gather_select(node.regions[0])
-        init, tangent_init = _scalar_constant(init_v), _scalar_constant(init_t)
-        dtype = DSL_DTYPE.get(x.type.dtype)
-        rank = len(x.type.shape)
-        base = [int(d) for d in node.attrs.get("base_dilations") or [1] * rank]
-        if (select not in SELECT or init is None or tangent_init is None or dtype is None
-                or t.type.dtype != x.type.dtype or any(d != 1 for d in base) or np.isnan(init)):
-            return None
-        win = _window(node, x, [int(d) for d in node.attrs.get("window_dilations") or [1] * rank])
-        if win is None:
-            return None
-        op = SELECT[select][0]
-        return Pool(win.shape, win.size, win.stride, win.pad, win.dilation, dtype, op,
-                    None if init == IDENTITY[op] else init, select, depth=win.depth, gather=tangent_init)
-    return None
+    form = FORMS.get((node.op, len(node.inputs), len(node.regions)))
+    return form(node) if form is not None else None
 
 
 def pool_time(target: str, pool: Pool) -> TileTime:
