@@ -166,7 +166,7 @@ def gather_reference(x: np.ndarray, tangent: np.ndarray, size: list[int], stride
     return out
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=20, deadline=None)
 @given(windows(), st.sampled_from(["GE", "GT", "LE", "LT"]), st.booleans(), st.integers(0, 2**31))
 def test_gather_takes_the_tangent_of_the_selected_element(w: dict[str, list[int]], select: str, other_init: bool,
                                                           seed: int) -> None:
