@@ -13,7 +13,8 @@ does a convolution fused with a prologue or epilogue, and one the kernel cannot 
 whose whole window does not fit SBUF, for one: counted in the ``conv_fallbacks`` statistic).
 
 The kernel's work is a loop over its (canonical) batch, each image the same units (for the pixel-contracting
-mapping, each block of 128 batch members the same work; with batch groups, each group the same convolution):
+mapping, each block of 128 batch members the same work, of whole batch groups when they are small; with larger
+batch groups, each group the same convolution):
 a kernel of more than ``2 · SAMPLE_IMAGES`` such units is timed on ``SAMPLE_IMAGES`` and twice as many and
 extrapolated linearly (``kernel_timing.linear_fit``).
 """
@@ -128,7 +129,9 @@ def geometry(conv: Conv) -> Geometry:
 def conv_time(target: str, conv: Conv) -> TileTime:
     """The kernel's time (timing-only), sampled over the batch when it is large (module docstring)."""
     g = geometry(conv)
-    unit = PARTITIONS if g.pixel_mode and conv.batch_groups == 1 else 1  # pixel_contract: per 128 batch members
+    # pixel_contract repeats per block of 128 batch members (with small batch groups: of 128 // g.n groups)
+    small_groups = conv.batch_groups > 1 and 2 * g.n <= PARTITIONS
+    unit = (PARTITIONS // g.n if small_groups else 1 if conv.batch_groups > 1 else PARTITIONS) if g.pixel_mode else 1
     small = SAMPLE_IMAGES * unit
     n = conv.images
     if n <= 2 * small:  # n: the canonical batch (or the batch groups)

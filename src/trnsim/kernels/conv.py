@@ -294,7 +294,7 @@ def _windows(xv: Tensor, g: Geometry, b0: int, bn: int, group: list[Pair], i: in
     return flat
 
 
-def pixel_contract(xv: Tensor, wv: Tensor, ov: Tensor, g: Geometry, depth: Depth) -> None:
+def pixel_contract(xv: Tensor, wv: Tensor, ov: Tensor, g: Geometry, depth: Depth, groups: int = 1) -> None:
     """The contraction over the window's pixels on the partitions (the weight gradient's shape: a large window,
     few output pixels, a small batch and few channels): ``acc[(pixel, b), o] += X[(ky, kx), (pixel, b)].T @
     W[(ky, kx), o]`` per channel ``i`` and block of window rows.
@@ -305,7 +305,13 @@ def pixel_contract(xv: Tensor, wv: Tensor, ov: Tensor, g: Geometry, depth: Depth
     then one run of that tile, transposed on TensorE to ``[rows · KW, pixels · b]``: the stationary, every
     pixel of the group at once. ``W`` loads pixel-major (one DMA per channel and block), kept in SBUF when it
     fits: the moving operand. Views are 5-D (``depth``): an output plane's pixels contract over each kernel
-    plane that meets the input as more steps into the same PSUM tiles."""
+    plane that meets the input as more steps into the same PSUM tiles.
+
+    ``groups`` > 1: batch groups of fewer than 64 members (the weight gradient of a grouped or depthwise
+    convolution) contract as one convolution, a block of whole groups' members against the ``Co`` of those
+    groups, and keep only each group's own ``[members, Co / groups]`` block of the result (depthwise: the
+    diagonal, masked and summed on VectorE): a block's matmuls do up to 128 groups at once where a
+    convolution a group would have a stationary of one member."""
     ts = dsl.tile_size()
     oh, ow = g.out
     if g.kw <= ts.pmax:
@@ -313,62 +319,101 @@ def pixel_contract(xv: Tensor, wv: Tensor, ov: Tensor, g: Geometry, depth: Depth
     else:
         pieces = [(k0, 1, c0, c) for k0 in range(g.kh) for c0, c in blocks(g.kw, ts.pmax)]
     pixels = [(oy, ox) for oy in range(oh) for ox in range(ow)]
-    o_tiles = blocks(g.co, ts.psum_fmax)
+    nb, cob = g.n // groups, g.co // groups
+    diagonal = groups > 1 and nb == cob == 1
+    block = ts.gemm_stationary_fmax // nb * nb if groups > 1 else ts.gemm_stationary_fmax
     itemsize = 2 if xv.dtype == "bf16" else 4
     resident = g.ci * depth.k * len(pieces) * g.co * itemsize <= WEIGHT_BYTES
-    kept: dict[tuple[int, int, int], list[Tensor]] = {}
+    kept: dict[tuple[int, int, int, int], list[Tensor]] = {}
 
-    def moving(i: int, kd: int, q: int) -> list[Tensor]:
+    def columns(b0: int, bn: int) -> list[Pair]:
+        """The output tiles of batch members ``b0 .. b0 + bn``: every ``Co``, or their groups' ``Co``."""
+        lo, hi = (0, g.co) if groups == 1 else (b0 // nb * cob, ((b0 + bn - 1) // nb + 1) * cob)
+        return [(lo + o0, on) for o0, on in blocks(hi - lo, ts.psum_fmax)]
+
+    def moving(i: int, kd: int, q: int, o_tiles: list[Pair]) -> list[Tensor]:
         """``W`` of channel ``i``, kernel plane ``kd`` and block ``q``, per output tile (kept in SBUF when all
         of it fits)."""
-        tiles = kept.get((i, kd, q))
+        tiles = kept.get((i, kd, q, o_tiles[0][0]))
         if tiles is None:
             k0, r, c0, c = pieces[q]
             tiles = [dsl.sbuf((r * c, on), xv.dtype) for _, on in o_tiles]
             for tile, (o0, on) in zip(tiles, o_tiles, strict=True):
-                dsl.dma_copy(tile, wv[kd, k0 : k0 + r, c0 : c0 + c, i, o0 : o0 + on])
+                # NOTE: one window row drops its row axis, so that the DMA's rows are the columns (a [1, c · on]
+                # transfer would exceed a DMA's 65535 elements a row at c = 128, on = 512)
+                rows = wv[kd, k0, c0 : c0 + c] if r == 1 else wv[kd, k0 : k0 + r, c0 : c0 + c]
+                dsl.dma_copy(tile, rows[..., i, o0 : o0 + on])
             if resident:
-                kept[(i, kd, q)] = tiles
+                kept[(i, kd, q, o_tiles[0][0])] = tiles
         return tiles
 
-    def operands(window: Callable[[int, int], Tensor], flats: dict[Pair, Tensor], step: tuple[int, Pair, int],
-                 s: int) -> tuple[Tensor, list[Tensor]]:
+    def operands(window: Callable[[int, int], Tensor], flats: dict[Pair, Tensor], o_tiles: list[Pair],
+                 step: tuple[int, Pair, int], s: int) -> tuple[Tensor, list[Tensor]]:
         i, (kd, d), q = step
         if (i, d) not in flats:      # one channel's (and plane's) windows at a time: the previous are dropped
             flats.clear()
             flats[(i, d)] = window(d, i)
         k0, r, c0, c = pieces[q]
         part = dsl.transpose(flats[(i, d)][:, k0 * g.kw + c0 : k0 * g.kw + c0 + r * c])
-        return dsl.copy(part, engine="vector" if s % 2 else "scalar"), moving(i, kd, q)
+        return dsl.copy(part, engine="vector" if s % 2 else "scalar"), moving(i, kd, q, o_tiles)
 
     def window(b0: int, bn: int, group: list[Pair], d: int, i: int) -> Tensor:
         return _windows(xv[:, d], g, b0, bn, group, i)
 
+    idents: dict[int, Tensor] = {}
+
+    def identity(n: int) -> Tensor:
+        if n not in idents:
+            idents[n] = dsl.affine_select(dsl.full((n, n), 1.0), "eq", 0.0, channel_multiplier=1, steps=[-1])
+        return idents[n]
+
     j = 0
     for od in range(depth.out):
         steps = [(i, plane, q) for i in range(g.ci) for plane in depth.planes(od) for q in range(len(pieces))]
-        for b0, bn in blocks(g.n, ts.gemm_stationary_fmax):
-            for p0, pn in blocks(len(pixels), ts.pmax // bn):
+        for b0, bn in blocks(g.n, block):
+            o_tiles = columns(b0, bn)
+            for p0, pn in blocks(len(pixels), 1 if diagonal else ts.pmax // bn):
                 group = pixels[p0 : p0 + pn]
                 flats: dict[Pair, Tensor] = {}
 
                 # NOTE: transposes run TRANSPOSES_AHEAD steps ahead of their matmuls (TensorE works in program
                 # order: a matmul waiting for its stationary's copy out of PSUM would hold the next transpose)
-                made = prefetch([partial(operands, partial(window, b0, bn, group), flats, step, s)
+                made = prefetch([partial(operands, partial(window, b0, bn, group), flats, o_tiles, step, s)
                                  for s, step in enumerate(steps)], TRANSPOSES_AHEAD)
                 accs = [dsl.psum((pn * bn, on)) for _, on in o_tiles]
                 for s, (xs, ws) in enumerate(made):
                     for acc, w_tile in zip(accs, ws, strict=True):
                         dsl.matmul(acc, xs, w_tile, accumulate=s > 0)
                 for acc, (o0, on) in zip(accs, o_tiles, strict=True):
-                    if steps:
+                    if diagonal:  # member b's own channel is column b - b0: mask the rest, sum the row
+                        kept_part = dsl.multiply(acc, identity(bn)) if steps else dsl.full((bn, bn), 0.0)
+                        res = dsl.reduce_sum(kept_part, axis=-1, dtype=ov.dtype)
+                    elif steps:
                         res = dsl.copy(acc, dtype=ov.dtype, engine="vector" if j % 2 else "scalar")
                     else:  # an output plane of only padding
                         res = dsl.memset(dsl.sbuf((pn * bn, on), ov.dtype), 0.0)
                     dsl.release(acc)
                     for k, (oy, ox) in enumerate(group):
-                        dsl.store(ov[b0 : b0 + bn, od, oy, ox, o0 : o0 + on], res[k * bn : (k + 1) * bn])
+                        for dst, rows, cols in _grouped_stores(ov, od, oy, ox, b0, bn, o0, on, nb, cob, groups):
+                            dsl.store(dst, res[k * bn + rows[0] : k * bn + rows[1], cols[0] : cols[1]])
                     j += 1
+
+
+def _grouped_stores(ov: Tensor, od: int, oy: int, ox: int, b0: int, bn: int, o0: int, on: int, nb: int,
+                    cob: int, groups: int) -> list[tuple[Tensor, Pair, Pair]]:
+    """Where pixel ``(od, oy, ox)``'s result rows of members ``b0 .. b0 + bn`` and columns ``o0 .. o0 + on``
+    go: (HBM view, rows, columns of the result), every member's row with one batch group (a whole block),
+    else each group's own members and ``Co`` (depthwise: the masked sums, one column)."""
+    if groups == 1:
+        return [(ov[b0 : b0 + bn, od, oy, ox, o0 : o0 + on], (0, bn), (0, on))]
+    if nb == cob == 1:
+        return [(ov[0, od, oy, ox, b0 : b0 + bn, None], (0, bn), (0, 1))]
+    stores: list[tuple[Tensor, Pair, Pair]] = []
+    for k in range(b0 // nb, (b0 + bn - 1) // nb + 1):
+        q0, q1 = max(o0, k * cob), min(o0 + on, (k + 1) * cob)
+        if q0 < q1:
+            stores.append((ov[0:nb, od, oy, ox, q0:q1], (k * nb - b0, k * nb - b0 + nb), (q0 - o0, q1 - o0)))
+    return stores
 
 
 def _live(g: Geometry, ci: Pair, co: Pair) -> bool:
@@ -605,6 +650,9 @@ def conv_kernel(x: Tensor, w: Tensor, *, stride: Sequence[int] | None = None,
     out = dsl.hbm_tensor(tuple(shape), out_dtype, name="out")
     ov = out.permute(*out_axes)[(slice(None), *unit)]
     cb = co // batch_groups
+    if g.pixel_mode and batch_groups > 1 and 2 * nb <= dsl.tile_size().pmax:  # small groups: one contraction
+        pixel_contract(xv, wv, ov, replace(g, n=n, co=co), depth, batch_groups)
+        return out
     for k in range(batch_groups):  # each batch group its own convolution (JAX's grouped weight gradient)
         xk, wk, ok = xv[k * nb : (k + 1) * nb], wv[..., k * cb : (k + 1) * cb], ov[..., k * cb : (k + 1) * cb]
         if not g.pixel_mode:
