@@ -355,7 +355,9 @@ def pixel_contract(xv: Tensor, wv: Tensor, ov: Tensor, g: Geometry, depth: Depth
             flats[(i, d)] = window(d, i)
         k0, r, c0, c = pieces[q]
         part = dsl.transpose(flats[(i, d)][:, k0 * g.kw + c0 : k0 * g.kw + c0 + r * c])
-        return dsl.copy(part, engine="vector" if s % 2 else "scalar"), moving(i, kd, q, o_tiles)
+        # NOTE: back in the operands' dtype (exact: a transpose moves values): an fp32 stationary would run a
+        # bf16 contraction at fp32's quarter rate
+        return dsl.copy(part, dtype=xv.dtype, engine="vector" if s % 2 else "scalar"), moving(i, kd, q, o_tiles)
 
     def window(b0: int, bn: int, group: list[Pair], d: int, i: int) -> Tensor:
         return _windows(xv[:, d], g, b0, bn, group, i)
