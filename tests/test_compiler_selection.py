@@ -161,10 +161,21 @@ def test_sort_time_matches_the_kernel_and_is_sampled_for_many_rows() -> None:
     want = selection.sort_time("trn3", selection.Sort(300, 64, 1, ("fp32",), 1, False, (), True))
     assert step.seconds == want.seconds and step.dma_bytes == want.hbm_bytes
     for srt in (selection.Sort(128 * 34, 20, 1, ("fp32",), 1, False, (), True),
-                selection.Sort(17, 12, 200, ("bf16", "int32"), 1, False, (0, 1), False)):
+                selection.Sort(17, 12, 200, ("bf16", "int32"), 1, False, (0, 1), False),
+                selection.Sort(1, 8, 128 * 34, ("fp32",), 1, True, (0,), False)):   # the tiles of one o
         sampled = selection.sort_time("trn3", srt)
         whole = selection._sort_timed("trn3", srt)  # pyright: ignore[reportPrivateUsage]
         assert abs(sampled.seconds - whole.seconds) <= 0.02 * whole.seconds
+
+
+def test_short_rows_pack_a_partition_and_are_sampled_by_tiles(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rows of 20 go 128 a partition (``pack``): 5 tiles of 128 · 128 rows, sampled on 2 and 4."""
+    monkeypatch.setattr(selection, "SAMPLE_TILES", 2)
+    srt = selection.Sort(5 * 128 * 128, 20, 1, ("fp32",), 1, False, (0,), True)
+    assert srt.tiles_per_outer == 1 / (128 * 128)
+    sampled = selection.sort_time("trn3", srt)
+    whole = selection._sort_timed("trn3", srt)  # pyright: ignore[reportPrivateUsage]
+    assert abs(sampled.seconds - whole.seconds) <= 0.02 * whole.seconds
 
 
 @pytest.mark.parametrize("fn,shape,dtype", [

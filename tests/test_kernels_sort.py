@@ -150,3 +150,14 @@ def test_rows_beyond_sbuf_are_refused() -> None:
     assert not fits(("fp64",), 10) and not fits(("fp32",) * 5, 10)
     with pytest.raises(KernelError, match="rows whose tiles fit"):
         sort_kernel.compile(np.zeros((1, 50257, 1), np.float32))
+
+
+@pytest.mark.parametrize("rows,cols", [(1000, 5), (4097, 2), (300, 64), (129, 1)])
+def test_short_rows_pack_several_to_a_partition(rows: int, cols: int) -> None:
+    """Full tiles of 128 partitions × ``pack`` rows, one of fewer rows a partition, the rest one a partition."""
+    rng = np.random.default_rng(rows)
+    x = _values(rng, "fp32", (rows, cols), 2)
+    y = _values(rng, "int32", (rows, cols), 1000)
+    got = sort(x, y, positions=True)
+    want = _reference([x, y], 1, 1, False)
+    assert all(_same(g, w) for g, w in zip(got, want, strict=True))

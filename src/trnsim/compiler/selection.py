@@ -267,9 +267,14 @@ class Sort:
 
     @property
     def tiles_per_outer(self) -> float:
-        """Row tiles of the kernel per index of ``outer`` (``sort_kernel``: 128 rows of ``I = 1``, else
-        128 of ``I`` at one ``o``)."""
-        return 1 / PARTITIONS if self.inner == 1 else float(-(-self.inner // PARTITIONS))
+        """Row tiles of the kernel per index of ``outer`` when ``outer`` is large (``sort_kernel``: 128
+        partitions of ``pack`` rows of ``I = 1``, else 128 of ``I`` at one ``o``)."""
+        from trnsim.kernels.sort import plan
+
+        if self.inner > 1:
+            return float(-(-self.inner // PARTITIONS))
+        return 1 / (PARTITIONS * plan(self.dtypes, self.cols, self.num_keys, self.keep, self.positions,
+                                      self.descending).pack)
 
 
 def _sort_tree(region: Graph) -> Tree | None:
@@ -360,6 +365,10 @@ def sort_time(target: str, srt: Sort) -> TileTime:
     per = srt.tiles_per_outer
     if srt.outer * per <= 2 * SAMPLE_TILES:
         return _sort_timed(target, srt)
+    if per > SAMPLE_TILES:    # many tiles at each o: sample the tiles of one o
+        a, b = (_sort_timed(target, replace(srt, outer=1, inner=n * PARTITIONS)) for n in (SAMPLE_TILES,
+                                                                                            2 * SAMPLE_TILES))
+        return extrapolate(a, b, linear_fit(SAMPLE_TILES, 2 * SAMPLE_TILES, srt.outer * per))
     small = max(1, round(SAMPLE_TILES / per))    # whole tiles: per is 1/p or an integer
     large = 2 * small
     a, b = (_sort_timed(target, replace(srt, outer=n)) for n in (small, large))

@@ -68,6 +68,7 @@ RATES: dict[Engine, tuple[int, int]] = {"vector": (256, 512), "gpsimd": (128, 12
 HALF_FLOATS = ("bf16", "fp16")
 STATIC_CYCLES = 100   # an instruction's fixed cost on either engine (reference/neuron.md §1.2: VectorE's ~100)
 FP16_INTEGERS = 2048     # fp16 holds every integer up to 2**11
+PACK = 4096              # positions a partition holds at least: short rows go several a partition
 
 
 @dataclass(frozen=True)
@@ -88,6 +89,12 @@ class Plan:
     @property
     def width(self) -> int:
         return 1 << self.bits
+
+    @property
+    def pack(self) -> int:
+        """Rows a partition sorts at once: enough for ``PACK`` positions (an instruction's fixed cost then
+        spreads over as many elements), as SBUF allows."""
+        return max(1, min(PACK // self.width, ROW_BUDGET // self.row_bytes))
 
     @property
     def row_bytes(self) -> int:
@@ -155,40 +162,46 @@ def sort_kernel(x0: Tensor, x1: Tensor | None = None, x2: Tensor | None = None, 
     outs = [dsl.hbm_tensor((outer, cols, inner), dtypes[k], name=f"sorted{k}") for k in keep]
     where_to = dsl.hbm_tensor((outer, cols, inner), "int32", name="positions") if positions else None
     pmax = dsl.tile_size().pmax
-    bit_shape = (pmax,) + (2,) * m
     filled, padding = _prefix(cols, m), _suffix(cols, m)
-    iota = dsl.sbuf(bit_shape, shape.levels[-1]) if shape.indexed else None
-    if iota is not None:
-        dsl.copy(dsl.iota((pmax, width), "fp32"), out=iota)
-        for view in _blocks(iota, padding):
-            dsl.memset(view, float("inf"))
-    inf = dsl.full((pmax,) + (1,) * m, float("inf"))
-    tiles = ([(o0, 0, rn) for o0, rn in blocks(outer, pmax)] if inner == 1 else
-             [(o, i0, rn) for o in range(outer) for i0, rn in blocks(inner, pmax)])
+    iotas: dict[int, Tensor] = {}      # rows a partition → the position constant
+
+    def iota(kn: int) -> Tensor:
+        if kn not in iotas:
+            iotas[kn] = dsl.sbuf((pmax, kn) + (2,) * m, shape.levels[-1])
+            dsl.copy(dsl.iota((pmax, kn, width), "fp32", steps=[0, 1]), out=iotas[kn])
+            for view in _blocks(iotas[kn], padding):
+                dsl.memset(view, float("inf"))
+        return iotas[kn]
+
+    inf = dsl.full((pmax, 1) + (1,) * m, float("inf"))
+    tiles = _row_tiles(outer, pmax, shape.pack) if inner == 1 else \
+        [(o, i0, rn, 1) for o in range(outer) for i0, rn in blocks(inner, pmax)]
     needed = sorted({*range(num_keys), *keep})
     queues = itertools.cycle(range(16))   # a core's DMA queues (reference/neuron.md §1.2)
 
     def hbm(x: Tensor, o: int, i0: int, rn: int, v0: int, n: int) -> Tensor:
         return x[o : o + rn, v0 : v0 + n, 0] if inner == 1 else x[o, v0 : v0 + n, i0 : i0 + rn].T
 
-    def load(tile: tuple[int, int, int]) -> Callable[[], dict[int, Tensor]]:
-        o, i0, rn = tile
+    def load(tile: tuple[int, int, int, int]) -> Callable[[], dict[int, Tensor]]:
+        o, i0, rn, kn = tile
 
         def issue() -> dict[int, Tensor]:
             raw: dict[int, Tensor] = {}
             for k in needed:
-                t = dsl.sbuf((rn,) + (2,) * m, dtypes[k])
+                t = dsl.sbuf((rn, kn) + (2,) * m, dtypes[k])
                 for (v0, n), view in zip(filled, _blocks(t, filled), strict=True):
-                    dsl.dma_copy(view, hbm(xs[k], o, i0, rn, v0, n), queue=next(queues))
+                    dsl.dma_copy(view, hbm(xs[k], o, i0, rn * kn, v0, n), queue=next(queues))
                 for view in _blocks(t, padding):
                     dsl.memset(view, 0.0, engine="gpsimd")
                 raw[k] = t
             return raw
         return issue
 
-    depth = prefetch_depth(width * sum(get_dtype(dtypes[k]).itemsize for k in needed), shape.row_bytes)
-    for (o, i0, rn), raw in zip(tiles, prefetch([load(t) for t in tiles], depth), strict=True):
-        levels, own = _row_levels(raw, num_keys, descending, inf[:rn], padding, iota)
+    loaded = shape.pack * width * sum(get_dtype(dtypes[k]).itemsize for k in needed)
+    depth = prefetch_depth(loaded, shape.pack * shape.row_bytes)
+    for (o, i0, rn, kn), raw in zip(tiles, prefetch([load(t) for t in tiles], depth), strict=True):
+        levels, own = _row_levels(raw, num_keys, descending, inf[:rn], padding,
+                                  iota(kn)[:rn] if shape.indexed else None)
         payloads = [raw[k] for k in keep if k not in own]
         raw.clear()          # keys not read back: their tiles go as soon as their levels are made
         _network(levels, payloads, m)
@@ -196,12 +209,12 @@ def sort_kernel(x0: Tensor, x1: Tensor | None = None, x2: Tensor | None = None, 
         results = {k: levels[own[k]] if k in own else next(done) for k in keep}
         for k, out in zip(keep, outs, strict=True):
             for (v0, n), view in zip(filled, _blocks(results[k], filled), strict=True):
-                dsl.dma_copy(hbm(out, o, i0, rn, v0, n), view, queue=next(queues))
+                dsl.dma_copy(hbm(out, o, i0, rn * kn, v0, n), view, queue=next(queues))
         if where_to is not None:
             wrap = float(width)    # a NaN's position ± M comes back to its own
             for (v0, n), view in zip(filled, _blocks(levels[-1], filled), strict=True):
                 pos = dsl.tensor_scalar(view, "add", wrap, "mod", wrap, dtype="int32")
-                dsl.dma_copy(hbm(where_to, o, i0, rn, v0, n), pos, queue=next(queues))
+                dsl.dma_copy(hbm(where_to, o, i0, rn * kn, v0, n), pos, queue=next(queues))
     return (*outs, *([where_to] if where_to is not None else []))
 
 
@@ -223,14 +236,28 @@ def _row_levels(raw: dict[int, Tensor], num_keys: int, descending: bool, inf: Te
             for view in _blocks(level, padding):
                 dsl.memset(view, TOP[level.dtype], engine="gpsimd")
     if iota is not None:
-        rn = inf.shape[0]
-        index = iota[:rn]
+        index = iota
         if nan is not None:   # a sole float key: NaNs after +inf (descending: before -inf), in position order
-            width = iota.size // iota.shape[0]
+            width = 2 ** (len(iota.shape) - 2)
             index = dsl.tensor_scalar(nan, "mul", float(-width if descending else width), dtype=iota.dtype)
-            dsl.tensor_tensor(index, iota[:rn], "add", out=index)
+            dsl.tensor_tensor(index, iota, "add", out=index)
         levels.append(index)
     return levels, own
+
+
+def _row_tiles(outer: int, pmax: int, pack: int) -> list[tuple[int, int, int, int]]:
+    """Tiles ``(first row, 0, partitions, rows a partition)`` of ``outer`` rows: row ``first + p·kn + kk``
+    on partition ``p`` at ``kk`` (a block of positions of the tile is then one DMA of consecutive rows);
+    ``pack`` rows a partition while 128 partitions fill, then as many as fill them, then the rest one a
+    partition."""
+    tiles: list[tuple[int, int, int, int]] = []
+    o = 0
+    while o < outer:
+        kn = max(1, min(pack, (outer - o) // pmax))
+        rn = min(pmax, outer - o) if kn == 1 else pmax
+        tiles.append((o, 0, rn, kn))
+        o += rn * kn
+    return tiles
 
 
 def _prefix(cols: int, m: int) -> list[tuple[int, int]]:
@@ -256,12 +283,12 @@ def _suffix(cols: int, m: int) -> list[tuple[int, int]]:
 
 
 def _blocks(t: Tensor, spans: list[tuple[int, int]]) -> list[Tensor]:
-    """The views of bit-shaped tile ``t`` (``[P, 2, …, 2]``) holding each aligned block of positions."""
-    m = len(t.shape) - 1
+    """The views of bit-shaped tile ``t`` (``[P, rows, 2, …, 2]``) holding each aligned block of positions."""
+    m = len(t.shape) - 2
     views: list[Tensor] = []
     for v0, n in spans:
         b = n.bit_length() - 1
-        index = [slice(None)] + [(v0 >> (m - 1 - a)) & 1 if a < m - b else slice(None) for a in range(m)]
+        index = [slice(None)] * 2 + [(v0 >> (m - 1 - a)) & 1 if a < m - b else slice(None) for a in range(m)]
         views.append(t[tuple(index)])
     return views
 
@@ -291,12 +318,12 @@ def _levels(raw: Tensor, descending: bool, sole: bool, inf: Tensor) -> tuple[lis
 def _pair(t: Tensor, s: int, j: int, up: int | None) -> tuple[Tensor, Tensor]:
     """The views of stage ``(s, j)`` of bit-shaped ``t``: the pair members that take the lower and the
     higher of each pair, in the runs of bit ``s`` = ``up`` (``None``: every run sorts upwards)."""
-    m = len(t.shape) - 1
-    index: list[slice | int] = [slice(None)] * (m + 1)
+    m = len(t.shape) - 2
+    index: list[slice | int] = [slice(None)] * (m + 2)
     if up is not None:
-        index[m - s] = up
+        index[m + 1 - s] = up           # bit b is axis m + 1 - b (axis 1: the rows of a partition)
     lo, hi = list(index), list(index)
-    lo[m - j], hi[m - j] = 0, 1
+    lo[m + 1 - j], hi[m + 1 - j] = 0, 1
     a, b = t[tuple(lo)], t[tuple(hi)]
     return (b, a) if up == 1 else (a, b)
 
