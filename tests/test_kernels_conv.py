@@ -260,3 +260,23 @@ def test_gradient_convolutions_of_1d_3d_and_grouped_run_in_jax_layouts(
         x = rng.integers(-2, 3, c.x_shape).astype(np.float32)
         w = rng.integers(-2, 3, c.w_shape).astype(np.float32)
         assert np.array_equal(_run(x, w, c), _general(x, w, c))
+
+
+@pytest.mark.parametrize("x_shape,w_shape,stride,padding,rhs", [
+    ((8, 6, 6, 3), (5, 5, 3, 8), (1, 1), ((0, 0), (0, 0)), (1, 1)),
+    ((130, 7, 7, 2), (4, 4, 2, 130), (2, 1), ((1, 0), (0, 1)), (1, 2)),     # two channel tiles
+    ((4, 9, 2), (7, 2, 4), (1,), ((1, -1),), (1,)),                         # 1-D, a cropped pad
+    ((3, 4, 5, 5, 2), (3, 4, 4, 2, 3), (1, 1, 1), ((1, 0), (0, 0), (1, 1)), (1, 1, 1)),  # 3-D
+])
+def test_depthwise_weight_gradients_multiply_accumulate_per_channel(
+        x_shape: tuple[int, ...], w_shape: tuple[int, ...], stride: tuple[int, ...],
+        padding: tuple[tuple[int, int], ...], rhs: tuple[int, ...]) -> None:
+    """Batch groups of one member and one output channel each (JAX's depthwise weight gradient)."""
+    rng = np.random.default_rng(x_shape[0])
+    axes = tuple(range(len(x_shape)))
+    c = convgen.Conv(x_shape, w_shape, "fp32", "fp32", axes, axes, axes, stride, padding, (1,) * len(stride), rhs,
+                     1, x_shape[0])
+    x = rng.integers(-3, 4, x_shape).astype(np.float32)
+    w = rng.integers(-3, 4, w_shape).astype(np.float32)
+    assert convgen.geometry(c).pixel_mode
+    assert np.array_equal(_run(x, w, c), _general(x, w, c))

@@ -82,6 +82,7 @@ MAC_BANK = 2048  # fp32 elements a partition of one depthwise multiply-accumulat
 # or as per-channel multiply-accumulates on the vector engines (module docstring: the faster by the cost
 # rules); fewer than 65 channels always multiply-accumulate (a diagonal of them would waste TensorE more).
 DEPTHWISE_ON_TENSOR = {"bf16": True, "fp32": False}
+DEPTHWISE_IMAGE = 48 * 1024  # SBUF bytes a partition a depthwise weight gradient's padded input image may take
 
 
 @dataclass(frozen=True)
@@ -401,6 +402,40 @@ def pixel_contract(xv: Tensor, wv: Tensor, ov: Tensor, g: Geometry, depth: Depth
                     j += 1
 
 
+def depthwise_gradient(xv: Tensor, wv: Tensor, ov: Tensor, g: Geometry, depth: Depth) -> None:
+    """The weight gradient of a depthwise convolution (batch groups of one member and one output channel
+    each): ``out[0, od, ty, tx, c] = Σ_(plane, i) Σ_(wy, wx) x̂[c, d, ty·sh + wy·dh, tx·sw + wx·dw, i] ·
+    w[kd, wy, wx, i, c]``, channels on the partitions. Per forward image ``i`` and plane, the padded input
+    and the window (``dy``) load as ``[c, ...]`` tiles; each output pixel (a forward tap) is a VectorE
+    product of the input's strided view with the window, summed along the free axis on ScalarE (the
+    multiply-accumulate of the forward depthwise convolution, module docstring: TensorE would contract one
+    channel at a time, or all 128 against each other to keep the diagonal)."""
+    ts = dsl.tile_size()
+    oh, ow = g.out
+    hp, wp = g.padded
+    (sh, sw), (dh, dw) = g.stride, g.rhs
+    for b0, bn in blocks(g.n, ts.pmax):
+        for od in range(depth.out):
+            pairs = [(kd, d, i) for kd, d in depth.planes(od) for i in range(g.ci)]
+            sums = dsl.sbuf((bn, oh, ow, max(1, len(pairs))), "fp32")
+            if not pairs:  # an output plane of only padding
+                dsl.memset(sums, 0.0)
+            for s, (kd, d, i) in enumerate(pairs):
+                img = dsl.sbuf((bn, hp, wp), xv.dtype)
+                if not _covered(g, 0, 0, hp, wp):
+                    dsl.memset(img, 0.0, engine="gpsimd")
+                _window(img, partial(_members, xv[:, d], b0, bn, i), g, 0, 0, 0, split=True)
+                window = dsl.load(dsl.sbuf((bn, g.kh, g.kw), xv.dtype), wv[kd, :, :, i, b0 : b0 + bn].permute(2, 0, 1))
+                for ty in range(oh):
+                    for tx in range(ow):
+                        view = img[:, ty * sh : ty * sh + (g.kh - 1) * dh + 1 : dh,
+                                   tx * sw : tx * sw + (g.kw - 1) * dw + 1 : dw]
+                        prod = dsl.multiply(view, window, dtype="fp32")
+                        dsl.activation("identity", prod, out=prod, reduce_res=sums[:, ty, tx, s : s + 1])
+            total = dsl.reduce_sum(sums, axis=-1, dtype=ov.dtype)
+            dsl.store(ov[0, od, :, :, b0 : b0 + bn, None].permute(2, 0, 1, 3), total)
+
+
 def _grouped_stores(ov: Tensor, od: int, oy: int, ox: int, b0: int, bn: int, o0: int, on: int, nb: int,
                     cob: int, groups: int) -> list[tuple[Tensor, Pair, Pair]]:
     """Where pixel ``(od, oy, ox)``'s result rows of members ``b0 .. b0 + bn`` and columns ``o0 .. o0 + on``
@@ -652,6 +687,10 @@ def conv_kernel(x: Tensor, w: Tensor, *, stride: Sequence[int] | None = None,
     out = dsl.hbm_tensor(tuple(shape), out_dtype, name="out")
     ov = out.permute(*out_axes)[(slice(None), *unit)]
     cb = co // batch_groups
+    itemsize = 2 if x.dtype == "bf16" else 4
+    if g.pixel_mode and nb == 1 and co == batch_groups and g.padded[0] * g.padded[1] * itemsize <= DEPTHWISE_IMAGE:
+        depthwise_gradient(xv, wv, ov, replace(g, n=n, co=co), depth)
+        return out
     if g.pixel_mode and batch_groups > 1 and 2 * nb <= dsl.tile_size().pmax:  # small groups: one contraction
         pixel_contract(xv, wv, ov, replace(g, n=n, co=co), depth, batch_groups)
         return out
