@@ -1,10 +1,12 @@
 """Sorting along an axis in the kernel language: a bitonic network on VectorE and GpSimd over rows in SBUF.
 
-Rows go on partitions, one row a partition, 128 rows a tile, a whole row along the free axis padded to
-``M = 2**m`` positions. A tile is shaped ``[P, 2, 2, …, 2]`` (``m`` axes, axis ``a`` the position's bit
-``m - a``) so that every compare-exchange stage is a handful of instructions on strided views of it: the
-pairs ``(i, i + 2**j)`` of a stage are the views with bit ``j`` at 0 and at 1, and the blocks that sort
-upwards / downwards the views with bit ``s`` at 0 / 1 (at most three free dimensions remain).
+Rows go on partitions, 128 partitions a tile, a whole row along the free axis padded to ``M = 2**m``
+positions, short rows several a partition (``Plan.pack``: ``PACK`` positions, as SBUF allows). A tile is
+shaped ``[P, rows, 2, 2, …, 2]`` (``m`` axes of two, axis ``a ≥ 2`` the position's bit ``m + 1 - a``) so
+that every compare-exchange stage is a handful of instructions on strided views of it: the pairs
+``(i, i + 2**j)`` of a stage are the views with bit ``j`` at 0 and at 1, and the runs that sort upwards /
+downwards the views with bit ``s`` at 0 / 1 (at most four free dimensions remain). Rows along a middle
+axis (``I > 1``) are loaded and stored through transposed HBM views.
 
 A row's order is lexicographic over *levels*: fp32-exact tiles made from the keys, then the position
 (``iota``), so that no two elements compare equal and the network's result is the stable order::
@@ -19,18 +21,23 @@ A row's order is lexicographic over *levels*: fp32-exact tiles made from the key
     for s in 1..m:                             merge sorted runs of 2**(s-1) into runs of 2**s
         for j in s-1..0:                       (runs alternate up / down below s = m)
             swap = less(second, first)         lt / eq / select over the levels, last level first
-            first', second' = select(swap, second, first), select(swap, first, second)   every tile
+            first', second' = min, max         the first level
+            first', second' = select(swap, second, first), select(swap, first, second)   other tiles
 
 Each operand whose result is read rides along as a *payload*: selects copy its bits (it is read through
 its bit-transparent view: fp32 for 4-byte types, int16 / int8 for narrower ones, so integers beyond 2**24,
 NaN payloads and -0.0 come out as they went in). A level that is the operand's own value (an ascending
 ≤ 16-bit integer key) is its own payload.
 
-A row of ``N`` values costs ``m(m+1)/2`` stages of ``M/2`` pairs: ``(1 + 3(L-1)) + 2(L + Q)`` instructions a
-stage over ``M/2`` elements for ``L`` levels and ``Q`` payloads (plus a second call for the downward runs);
-VectorE makes the masks, the min / max and selects are shared with GpSimd by their expected cycles.
-Rows longer than ``max_row`` (the tiles of a stage and the next tile's loads must fit SBUF) are refused:
-the compiler keeps its analytic cost for them.
+The position level is only carried when ties can show (``plan``). A row of ``N`` values costs
+``m(m+1)/2`` stages of ``M/2`` pairs: ``(1 + 3(L-1)) + 2(L + Q)`` instructions a stage for ``L`` levels and
+``Q`` payloads (each over half the pairs, as the upward and the downward runs are separate views); VectorE
+makes the masks, the min / max and selects are shared with GpSimd by their expected cycles.
+
+NOTE: rows whose levels and payloads (twice: a stage reads one copy and writes the next) do not fit SBUF
+(``fits``: e.g. an fp32 argsort beyond 8192 values, an fp32 sort beyond 4096) are refused; the compiler keeps
+its analytic cost for them. Merging sorted runs through HBM (the stages of distance ≥ a tile's row as passes
+over pairs of tiles) is not written yet.
 """
 
 from __future__ import annotations
