@@ -33,19 +33,22 @@ costs at least 64 columns, ``reference/neuron.md`` §2.6 and the trn3 preset, so
 
 Groups (``feature_groups``: ResNeXt, depthwise) run in the output-stationary mappings with *block-diagonal*
 stationaries: each group's ``[Ci/G, Co/G]`` block of a tap on its diagonal place of a zeroed ``[ci, co]``
-tile (one DMA a group for all its taps), and a Co tile contracts only the channel tiles of its own groups, so a 128 x
-128 matmul does ``128 / (Ci/G)`` groups at once instead of one tiny matmul a group. Depthwise (one channel a
-group) runs one of two ways, whichever the timing model's cost rules make faster (``sim/timing/costs.py``,
-trn3 preset: TensorE 2.4 GHz; VectorE, ScalarE, GpSimd 1.2 GHz at 256, 128, 128 fp32 elements a cycle). A
-tap of 128 channels costs per output pixel 1/2.4 ns as a *diagonal* TensorE matmul in bf16 (4/2.4 ns in
-fp32, rate 1/4); as a per-channel *multiply-accumulate* with channels on the partitions it is a product by
-the tap's per-partition weight (ScalarE ``activation`` scale or GpSimd, 1 cycle) and a VectorE add into the
-fp32 sum (1 cycle: two inputs), pipelined 1/1.2 ns. So bf16 takes TensorE (2x faster), building each tap's
-diagonal on chip (an identity times the tap's weight column: one DMA for all taps), and fp32 the vector
-engines (2x faster; ``DEPTHWISE_ON_TENSOR``: a depthwise 3x3 of [8, 56, 56, 128] fp32 413 -> 261 us), as do
-fewer than 65 channels (a diagonal of them leaves most of TensorE's rows idle). ``batch_groups`` (JAX's weight
-gradient of a grouped convolution) are separate convolutions of views, one a group. A 1-D convolution is a
-2-D one of a unit H axis (``x[:, None]`` views).
+tile (one DMA a group for all its taps), and a Co tile contracts only the channel tiles of its own groups,
+so a 128 x 128 matmul does ``128 / (Ci/G)`` groups at once instead of one tiny matmul a group. Depthwise
+(one channel a group) runs one of two ways, whichever the timing model's cost rules make faster
+(``sim/timing/costs.py``, trn3 preset: TensorE 2.4 GHz; VectorE, ScalarE, GpSimd 1.2 GHz at 256, 128, 128
+fp32 elements a cycle). A tap of 128 channels costs per output pixel 1/2.4 ns as a *diagonal* TensorE
+matmul in bf16 (4/2.4 ns in fp32, rate 1/4); as a per-channel *multiply-accumulate* with channels on the
+partitions it is a product by the tap's per-partition weight (ScalarE ``activation`` scale or GpSimd, 1
+cycle) and a VectorE add into the fp32 sum (1 cycle: two inputs), pipelined 1/1.2 ns. So bf16 takes
+TensorE (2x faster), building each tap's diagonal on chip (an identity times the tap's weight column: one
+DMA for all taps), and fp32 the vector engines (2x faster; ``DEPTHWISE_ON_TENSOR``: a depthwise 3x3 of
+[8, 56, 56, 128] fp32 413 -> 261 us), as do fewer than 65 channels (a diagonal of them leaves most of
+TensorE's rows idle). ``batch_groups`` (JAX's weight gradient of a grouped convolution) are separate
+convolutions of views, one a group, unless the groups are small: then blocks of whole groups contract at
+once, each group's block of the result kept (``pixel_contract``), and a depthwise one multiplies and sums
+per channel (``depthwise_gradient``). A 1-D convolution is a 2-D one of a unit H axis (``x[:, None]``
+views), a 3-D one sums each output plane's kernel planes into the same PSUM tiles (``Depth``).
 
 Rows wider than 512 go one output row at a time in column chunks. Banks drain on VectorE/ScalarE in turn and
 store through a transposed view of the output; the next unit's loads are issued before this one's stores
