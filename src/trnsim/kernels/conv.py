@@ -86,6 +86,7 @@ MAC_BANK = 2048  # fp32 elements a partition of one depthwise multiply-accumulat
 # rules); fewer than 65 channels always multiply-accumulate (a diagonal of them would waste TensorE more).
 DEPTHWISE_ON_TENSOR = {"bf16": True, "fp32": False}
 DEPTHWISE_IMAGE = 48 * 1024  # SBUF bytes a partition a depthwise weight gradient's padded input image may take
+SUMS_AT_ONCE = 32  # a depthwise weight gradient's (plane, image) partial sums reduced together
 
 
 @dataclass(frozen=True)
@@ -420,22 +421,26 @@ def depthwise_gradient(xv: Tensor, wv: Tensor, ov: Tensor, g: Geometry, depth: D
     for b0, bn in blocks(g.n, ts.pmax):
         for od in range(depth.out):
             pairs = [(kd, d, i) for kd, d in depth.planes(od) for i in range(g.ci)]
-            sums = dsl.sbuf((bn, oh, ow, max(1, len(pairs))), "fp32")
-            if not pairs:  # an output plane of only padding
-                dsl.memset(sums, 0.0)
-            for s, (kd, d, i) in enumerate(pairs):
-                img = dsl.sbuf((bn, hp, wp), xv.dtype)
-                if not _covered(g, 0, 0, hp, wp):
-                    dsl.memset(img, 0.0, engine="gpsimd")
-                _window(img, partial(_members, xv[:, d], b0, bn, i), g, 0, 0, 0, split=True)
-                window = dsl.load(dsl.sbuf((bn, g.kh, g.kw), xv.dtype), wv[kd, :, :, i, b0 : b0 + bn].permute(2, 0, 1))
-                for ty in range(oh):
-                    for tx in range(ow):
-                        view = img[:, ty * sh : ty * sh + (g.kh - 1) * dh + 1 : dh,
-                                   tx * sw : tx * sw + (g.kw - 1) * dw + 1 : dw]
-                        prod = dsl.multiply(view, window, dtype="fp32")
-                        dsl.activation("identity", prod, out=prod, reduce_res=sums[:, ty, tx, s : s + 1])
-            total = dsl.reduce_sum(sums, axis=-1, dtype=ov.dtype)
+            total = dsl.memset(dsl.sbuf((bn, oh, ow, 1), "fp32"), 0.0) if not pairs else None
+            for c0, cn in blocks(len(pairs), SUMS_AT_ONCE):
+                sums = dsl.sbuf((bn, oh, ow, cn), "fp32")
+                for s, (kd, d, i) in enumerate(pairs[c0 : c0 + cn]):
+                    img = dsl.sbuf((bn, hp, wp), xv.dtype)
+                    if not _covered(g, 0, 0, hp, wp):
+                        dsl.memset(img, 0.0, engine="gpsimd")
+                    _window(img, partial(_members, xv[:, d], b0, bn, i), g, 0, 0, 0, split=True)
+                    window = dsl.load(dsl.sbuf((bn, g.kh, g.kw), xv.dtype),
+                                      wv[kd, :, :, i, b0 : b0 + bn].permute(2, 0, 1))
+                    for ty in range(oh):
+                        for tx in range(ow):
+                            view = img[:, ty * sh : ty * sh + (g.kh - 1) * dh + 1 : dh,
+                                       tx * sw : tx * sw + (g.kw - 1) * dw + 1 : dw]
+                            prod = dsl.multiply(view, window, dtype="fp32")
+                            dsl.activation("identity", prod, out=prod, reduce_res=sums[:, ty, tx, s : s + 1])
+                part = dsl.reduce_sum(sums, axis=-1)
+                total = part if total is None else dsl.add(total, part)
+            assert total is not None
+            total = dsl.copy(total, dtype=ov.dtype)
             dsl.store(ov[0, od, :, :, b0 : b0 + bn, None].permute(2, 0, 1, 3), total)
 
 
