@@ -77,6 +77,7 @@ CANONICAL = (0, 1, 2, 3)
 WEIGHT_BYTES = 96 * 1024  # SBUF bytes per partition the resident weight tiles may take (else reloaded)
 PREFETCH = 3  # units loaded ahead of the one being computed
 TRANSPOSES_AHEAD = 3  # pixel_contract: stationary transposes issued ahead of their matmuls
+PIXEL_BANKS = 4  # pixel_contract: PSUM banks of pixel groups accumulated at once, sharing each W tile
 PIECE_BYTES = 64 * 1024  # a large load or store goes in pieces of at least this (_pieces)
 MAX_PIECES = 8
 UNIT_BANKS = 4  # PSUM banks of output a unit of loaded input feeds (half the 8: the next unit's run meanwhile)
@@ -352,17 +353,21 @@ def pixel_contract(xv: Tensor, wv: Tensor, ov: Tensor, g: Geometry, depth: Depth
                 kept[(i, kd, q, o_tiles[0][0])] = tiles
         return tiles
 
-    def operands(window: Callable[[int, int], Tensor], flats: dict[Pair, Tensor], o_tiles: list[Pair],
-                 step: tuple[int, Pair, int], s: int) -> tuple[Tensor, list[Tensor]]:
+    def operands(windows: list[Callable[[int, int], Tensor]], flats: list[dict[Pair, Tensor]], o_tiles: list[Pair],
+                 step: tuple[int, Pair, int], s: int) -> tuple[list[Tensor], list[Tensor]]:
+        """Each pixel group's stationary of ``step`` and the moving ``W`` tiles they share."""
         i, (kd, d), q = step
-        if (i, d) not in flats:      # one channel's (and plane's) windows at a time: the previous are dropped
-            flats.clear()
-            flats[(i, d)] = window(d, i)
         k0, r, c0, c = pieces[q]
-        part = dsl.transpose(flats[(i, d)][:, k0 * g.kw + c0 : k0 * g.kw + c0 + r * c])
-        # NOTE: back in the operands' dtype (exact: a transpose moves values): an fp32 stationary would run a
-        # bf16 contraction at fp32's quarter rate
-        return dsl.copy(part, dtype=xv.dtype, engine="vector" if s % 2 else "scalar"), moving(i, kd, q, o_tiles)
+        stationaries: list[Tensor] = []
+        for k, (window, kept_windows) in enumerate(zip(windows, flats, strict=True)):
+            if (i, d) not in kept_windows:  # one channel's (and plane's) windows at a time: the previous dropped
+                kept_windows.clear()
+                kept_windows[(i, d)] = window(d, i)
+            part = dsl.transpose(kept_windows[(i, d)][:, k0 * g.kw + c0 : k0 * g.kw + c0 + r * c])
+            # NOTE: back in the operands' dtype (exact: a transpose moves values): an fp32 stationary would run
+            # a bf16 contraction at fp32's quarter rate
+            stationaries.append(dsl.copy(part, dtype=xv.dtype, engine="vector" if (s + k) % 2 else "scalar"))
+        return stationaries, moving(i, kd, q, o_tiles)
 
     def window(b0: int, bn: int, group: list[Pair], d: int, i: int) -> Tensor:
         return _windows(xv[:, d], g, b0, bn, group, i)
@@ -379,31 +384,38 @@ def pixel_contract(xv: Tensor, wv: Tensor, ov: Tensor, g: Geometry, depth: Depth
         steps = [(i, plane, q) for i in range(g.ci) for plane in depth.planes(od) for q in range(len(pieces))]
         for b0, bn in blocks(g.n, block):
             o_tiles = columns(b0, bn)
-            for p0, pn in blocks(len(pixels), 1 if diagonal else ts.pmax // bn):
-                group = pixels[p0 : p0 + pn]
-                flats: dict[Pair, Tensor] = {}
+            groups_of = [pixels[p0 : p0 + pn] for p0, pn in blocks(len(pixels), 1 if diagonal else ts.pmax // bn)]
+            at_once = max(1, PIXEL_BANKS // len(o_tiles))
+            for a0, an in blocks(len(groups_of), at_once):
+                chunk = groups_of[a0 : a0 + an]
+                flats: list[dict[Pair, Tensor]] = [{} for _ in chunk]
 
-                # NOTE: transposes run TRANSPOSES_AHEAD steps ahead of their matmuls (TensorE works in program
-                # order: a matmul waiting for its stationary's copy out of PSUM would hold the next transpose)
-                made = prefetch([partial(operands, partial(window, b0, bn, group), flats, o_tiles, step, s)
-                                 for s, step in enumerate(steps)], TRANSPOSES_AHEAD)
-                accs = [dsl.psum((pn * bn, on)) for _, on in o_tiles]
-                for s, (xs, ws) in enumerate(made):
-                    for acc, w_tile in zip(accs, ws, strict=True):
-                        dsl.matmul(acc, xs, w_tile, accumulate=s > 0)
-                for acc, (o0, on) in zip(accs, o_tiles, strict=True):
-                    if diagonal:  # member b's own channel is column b - b0: mask the rest, sum the row
-                        kept_part = dsl.multiply(acc, identity(bn)) if steps else dsl.full((bn, bn), 0.0)
-                        res = dsl.reduce_sum(kept_part, axis=-1, dtype=ov.dtype)
-                    elif steps:
-                        res = dsl.copy(acc, dtype=ov.dtype, engine="vector" if j % 2 else "scalar")
-                    else:  # an output plane of only padding
-                        res = dsl.memset(dsl.sbuf((pn * bn, on), ov.dtype), 0.0)
-                    dsl.release(acc)
-                    for k, (oy, ox) in enumerate(group):
-                        for dst, rows, cols in _grouped_stores(ov, od, oy, ox, b0, bn, o0, on, nb, cob, groups):
-                            dsl.store(dst, res[k * bn + rows[0] : k * bn + rows[1], cols[0] : cols[1]])
-                    j += 1
+                # NOTE: transposes run TRANSPOSES_AHEAD ahead of their matmuls (TensorE works in program order: a
+                # matmul waiting for its stationary's copy out of PSUM would hold the next transpose); the pixel
+                # groups of a chunk share each step's W tiles (loaded once for them all)
+                made = prefetch([partial(operands, [partial(window, b0, bn, group) for group in chunk], flats,
+                                         o_tiles, step, s) for s, step in enumerate(steps)],
+                                max(1, TRANSPOSES_AHEAD // an))
+                accs = [[dsl.psum((len(group) * bn, on)) for _, on in o_tiles] for group in chunk]
+                for s, (xss, ws) in enumerate(made):
+                    for xs, group_accs in zip(xss, accs, strict=True):
+                        for acc, w_tile in zip(group_accs, ws, strict=True):
+                            dsl.matmul(acc, xs, w_tile, accumulate=s > 0)
+                for group, group_accs in zip(chunk, accs, strict=True):
+                    pn = len(group)
+                    for acc, (o0, on) in zip(group_accs, o_tiles, strict=True):
+                        if diagonal:  # member b's own channel is column b - b0: mask the rest, sum the row
+                            kept_part = dsl.multiply(acc, identity(bn)) if steps else dsl.full((bn, bn), 0.0)
+                            res = dsl.reduce_sum(kept_part, axis=-1, dtype=ov.dtype)
+                        elif steps:
+                            res = dsl.copy(acc, dtype=ov.dtype, engine="vector" if j % 2 else "scalar")
+                        else:  # an output plane of only padding
+                            res = dsl.memset(dsl.sbuf((pn * bn, on), ov.dtype), 0.0)
+                        dsl.release(acc)
+                        for k, (oy, ox) in enumerate(group):
+                            for dst, rows, cols in _grouped_stores(ov, od, oy, ox, b0, bn, o0, on, nb, cob, groups):
+                                dsl.store(dst, res[k * bn + rows[0] : k * bn + rows[1], cols[0] : cols[1]])
+                        j += 1
 
 
 def depthwise_gradient(xv: Tensor, wv: Tensor, ov: Tensor, g: Geometry, depth: Depth) -> None:
