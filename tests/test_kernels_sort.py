@@ -145,11 +145,27 @@ def test_transposed_rows_sort_along_a_middle_axis() -> None:
     assert all(_same(g, w) for g, w in zip(got, want, strict=True))
 
 
-def test_rows_beyond_sbuf_are_refused() -> None:
-    assert fits(("fp32",), 5000, keep=(), positions=True) and not fits(("bf16",), 50257)
-    assert not fits(("fp64",), 10) and not fits(("fp32",) * 5, 10)
-    with pytest.raises(KernelError, match="rows whose tiles fit"):
-        sort_kernel.compile(np.zeros((1, 50257, 1), np.float32))
+@pytest.mark.parametrize("dtypes,num_keys,descending,cols", [
+    (("fp32",), 1, False, 9000),                  # 16384 positions in chunks of 2048, NaNs and -0.0
+    (("bf16", "int32"), 1, True, 9000),           # a payload, downwards
+    (("uint16",), 1, False, 40000),               # 8 chunks of 8192: three merge levels through HBM
+])
+def test_long_rows_merge_chunks_through_hbm(dtypes: tuple[str, ...], num_keys: int, descending: bool,
+                                            cols: int) -> None:
+    """Rows too long for one tile: chunks sorted in SBUF, the long-distance stages as passes over pairs."""
+    rng = np.random.default_rng(cols)
+    ops = [_values(rng, d, (2, cols), 2 if d in FLOATS else 1000) for d in dtypes]
+    names = tuple("bf16" if d == "bf16" else None for d in dtypes)
+    got = sort(*ops, num_keys=num_keys, descending=descending, dtypes=names, positions=True)
+    want = _reference(ops, 1, num_keys, descending)
+    assert all(_same(g, w) for g, w in zip(got, want, strict=True))
+
+
+def test_what_the_kernel_refuses() -> None:
+    assert fits(("fp32",), 5000, keep=(), positions=True) and fits(("bf16",), 50257)
+    assert not fits(("fp32",), 2**22) and not fits(("fp64",), 10) and not fits(("fp32",) * 5, 10)
+    with pytest.raises(KernelError, match="rows below 2\\*\\*22 values"):
+        sort_kernel.compile(np.zeros((1, 2**22, 1), np.float32))
 
 
 @pytest.mark.parametrize("rows,cols", [(1000, 5), (4097, 2), (300, 64), (129, 1)])

@@ -10,8 +10,9 @@ columns. When every read of such a sort's results is one of those slices, the st
 Any other ``sort`` whose comparator is one JAX emits (``lax.sort`` / ``jnp.sort`` / ``jnp.argsort``: keys
 lexicographic, floats canonical in the total order, integers SIGNED / UNSIGNED; ``_comparator``) over
 dtypes of ≤ 32 bits is the sort kernel (``trnsim.kernels.sort``: a bitonic network on VectorE, one row a
-partition), an iota operand along the axis being its positions; rows too long for its SBUF tiles, other
-comparators and 64-bit or complex operands keep the analytic cost (``costs.sort_cost``).
+partition, long rows in chunks merged through HBM), an iota operand along the axis being its positions;
+rows of ``2**22`` values or more, other comparators and 64-bit, boolean or complex operands keep the analytic
+cost (``costs.sort_cost``).
 
 ``jnp.argmax(x, axis)`` (and ``lax.argmax``) is a ``reduce`` over ``axis`` of ``(x, iota along axis)`` from
 ``(-inf, 0)`` (the lowest integer for integer ``x``) whose body keeps the larger value, a NaN above any number,

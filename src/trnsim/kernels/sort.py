@@ -34,10 +34,12 @@ The position level is only carried when ties can show (``plan``). A row of ``N``
 ``Q`` payloads (each over half the pairs, as the upward and the downward runs are separate views); VectorE
 makes the masks, the min / max and selects are shared with GpSimd by their expected cycles.
 
-NOTE: rows whose levels and payloads (twice: a stage reads one copy and writes the next) do not fit SBUF
-(``fits``: e.g. an fp32 argsort beyond 8192 values, an fp32 sort beyond 4096) are refused; the compiler keeps
-its analytic cost for them. Merging sorted runs through HBM (the stages of distance ≥ a tile's row as passes
-over pairs of tiles) is not written yet.
+Rows whose levels and payloads (twice: a stage reads one copy and writes the next) do not fit SBUF (e.g.
+an fp32 argsort beyond 8192 values, an fp32 sort beyond 4096) go in chunks of ``T`` positions, one a
+partition (``_sort_long``): chunks sorted in SBUF, then the stages of distance ≥ ``T`` as passes over pairs
+of chunks through HBM scratch tensors, each merge level ending with a pass inside each chunk. Rows of
+``2**22`` values or more (positions beyond fp32's integers with a NaN's ``±M``) are refused: the compiler
+keeps its analytic cost for them.
 """
 
 from __future__ import annotations
@@ -75,6 +77,7 @@ RATES: dict[Engine, tuple[int, int]] = {"vector": (256, 512), "gpsimd": (128, 12
 HALF_FLOATS = ("bf16", "fp16")
 STATIC_CYCLES = 100   # an instruction's fixed cost on either engine (reference/neuron.md §1.2: VectorE's ~100)
 FP16_INTEGERS = 2048     # fp16 holds every integer up to 2**11
+MIN_CHUNK = 512          # positions of a chunk of a long row at least (fewer: the analytic cost)
 PACK = 4096              # positions a partition holds at least: short rows go several a partition
 
 
@@ -140,9 +143,25 @@ def plan(dtypes: tuple[str, ...], cols: int, num_keys: int = 1, keep: tuple[int,
 
 def fits(dtypes: tuple[str, ...], cols: int, num_keys: int = 1, keep: tuple[int, ...] = (0,),
          positions: bool = False, descending: bool = False) -> bool:
-    """Whether ``sort_kernel`` takes rows of ``cols`` values of these operands (dtypes, SBUF, positions)."""
-    return (all(d in DTYPES for d in dtypes) and 1 <= num_keys <= len(dtypes) <= MAX_OPERANDS and cols < 2**23
-            and plan(dtypes, cols, num_keys, keep, positions, descending).row_bytes <= ROW_BUDGET)
+    """Whether ``sort_kernel`` takes rows of ``cols`` values of these operands (dtypes, a row in one tile
+    or in chunks of at least ``MIN_CHUNK`` merged through HBM, positions exact in fp32)."""
+    return (all(d in DTYPES for d in dtypes) and 1 <= num_keys <= len(dtypes) <= MAX_OPERANDS and cols < 2**22
+            and (plan(dtypes, cols, num_keys, keep, positions, descending).row_bytes <= ROW_BUDGET
+                 or chunk_plan(dtypes, cols, num_keys, keep, positions, descending) is not None))
+
+
+def chunk_plan(dtypes: tuple[str, ...], cols: int, num_keys: int = 1, keep: tuple[int, ...] = (0,),
+               positions: bool = False, descending: bool = False) -> Plan | None:
+    """The plan of the chunks a row too long for one tile is sorted in (``_sort_long``): the longest power
+    of two whose two chunks, and their next copies, fit SBUF (a merge pass exchanges two chunks), the
+    position level fp32 (positions of the whole row); None below ``MIN_CHUNK``."""
+    for bits in range(max(1, (cols - 1).bit_length()) - 1, MIN_CHUNK.bit_length() - 2, -1):
+        chunk = plan(dtypes, 1 << bits, num_keys, keep, positions, descending)
+        if chunk.indexed:
+            chunk = Plan(chunk.cols, (*chunk.levels[:-1], "fp32"), chunk.payloads, True, chunk.loaded)
+        if 2 * chunk.row_bytes <= ROW_BUDGET:
+            return chunk
+    return None
 
 
 @dsl.kernel
@@ -153,8 +172,9 @@ def sort_kernel(x0: Tensor, x1: Tensor | None = None, x2: Tensor | None = None, 
     ``num_keys`` (each row ``x[o, :, i]`` one sort), stably: ``lax.sort``'s results (``descending``: by
     each key's ``GT``). Floats compare as JAX's comparator does: -0.0 == +0.0, every NaN equal and above
     +inf. Returns the sorted operands listed in ``keep`` (in that order), then, with ``positions``, the
-    int32 positions each element came from (``jnp.argsort``'s result). Rows of ``I = 1`` tile 128 of ``O``;
-    ``I > 1`` tiles 128 of ``I`` at one ``o``, loaded and stored through transposed views."""
+    int32 positions each element came from (``jnp.argsort``'s result). Rows of ``I = 1`` tile 128 of ``O``
+    (``pack`` of them a partition); ``I > 1`` tiles 128 of ``I`` at one ``o``, loaded and stored through
+    transposed views; rows too long for a tile go in chunks merged through HBM (``_sort_long``)."""
     xs = [x for x in (x0, x1, x2, x3) if x is not None]
     dtypes = tuple(x.dtype for x in xs)
     outer, cols, inner = x0.shape
@@ -162,13 +182,16 @@ def sort_kernel(x0: Tensor, x1: Tensor | None = None, x2: Tensor | None = None, 
         fail(f"operands of shapes {[x.shape for x in xs]}", "sort operands of one shape")
     if not fits(dtypes, cols, num_keys, keep, positions, descending):
         fail(f"a sort of {dtypes} by {num_keys} keys, rows of {cols}",
-             f"operands of {', '.join(DTYPES)}, 1..{MAX_OPERANDS} of them, rows whose tiles fit "
-             f"{ROW_BUDGET // 1024} KiB a partition (sort_kernel's plan().row_bytes)")
+             f"operands of {', '.join(DTYPES)}, 1..{MAX_OPERANDS} of them, rows below 2**22 values whose "
+             f"chunks of {MIN_CHUNK} fit {ROW_BUDGET // 1024} KiB a partition (kernels.sort.chunk_plan)")
     shape = plan(dtypes, cols, num_keys, keep, positions, descending)
     m, width = shape.bits, shape.width
     outs = [dsl.hbm_tensor((outer, cols, inner), dtypes[k], name=f"sorted{k}") for k in keep]
     where_to = dsl.hbm_tensor((outer, cols, inner), "int32", name="positions") if positions else None
     pmax = dsl.tile_size().pmax
+    if shape.row_bytes > ROW_BUDGET:
+        _sort_long(xs, outs, where_to, num_keys, descending, keep, positions)
+        return (*outs, *([where_to] if where_to is not None else []))
     filled, padding = _prefix(cols, m), _suffix(cols, m)
     iotas: dict[int, Tensor] = {}      # rows a partition → the position constant
 
@@ -208,7 +231,7 @@ def sort_kernel(x0: Tensor, x1: Tensor | None = None, x2: Tensor | None = None, 
     depth = prefetch_depth(loaded, shape.pack * shape.row_bytes)
     for (o, i0, rn, kn), raw in zip(tiles, prefetch([load(t) for t in tiles], depth), strict=True):
         levels, own = _row_levels(raw, num_keys, descending, inf[:rn], padding,
-                                  iota(kn)[:rn] if shape.indexed else None)
+                                  iota(kn)[:rn] if shape.indexed else None, width)
         payloads = [raw[k] for k in keep if k not in own]
         raw.clear()          # keys not read back: their tiles go as soon as their levels are made
         _network(levels, payloads, m)
@@ -226,9 +249,10 @@ def sort_kernel(x0: Tensor, x1: Tensor | None = None, x2: Tensor | None = None, 
 
 
 def _row_levels(raw: dict[int, Tensor], num_keys: int, descending: bool, inf: Tensor,
-                padding: list[tuple[int, int]], iota: Tensor | None) -> tuple[list[Tensor], dict[int, int]]:
-    """A row tile's levels (the keys' ``_levels``, padded, then the positions when ``iota`` is given) and,
-    for each operand whose level is its values, that level (module docstring)."""
+                padding: list[tuple[int, int]], iota: Tensor | None, width: int) -> tuple[list[Tensor], dict[int, int]]:
+    """A row tile's levels (the keys' ``_levels``, padded, then the positions when ``iota`` is given: a
+    NaN's moved by ``±width``) and, for each operand whose level is its values, that level (module
+    docstring)."""
     levels: list[Tensor] = []
     nan: Tensor | None = None
     own: dict[int, int] = {}
@@ -245,11 +269,131 @@ def _row_levels(raw: dict[int, Tensor], num_keys: int, descending: bool, inf: Te
     if iota is not None:
         index = iota
         if nan is not None:   # a sole float key: NaNs after +inf (descending: before -inf), in position order
-            width = 2 ** (len(iota.shape) - 2)
             index = dsl.tensor_scalar(nan, "mul", float(-width if descending else width), dtype=iota.dtype)
             dsl.tensor_tensor(index, iota, "add", out=index)
         levels.append(index)
     return levels, own
+
+
+def _sort_long(xs: list[Tensor], outs: list[Tensor], where_to: Tensor | None, num_keys: int, descending: bool,
+               keep: tuple[int, ...], positions: bool) -> None:
+    """``sort_kernel`` for rows too long for one tile: each row in ``C`` chunks of ``T`` positions
+    (``chunk_plan``), the bitonic network's stages of distance ``≥ T`` as passes over pairs of chunks
+    through HBM scratch tensors (one a level or payload)::
+
+        for each chunk c:              levels; stages s ≤ t inside it, the last one downwards for odd c; store
+        for s in t+1..m:
+            for j in s-1..t:           each pair (c, c + 2**(j-t)): load both, one compare-exchange, store both
+            for each chunk c:          load; stages (s, t-1..0) inside it; store (s = m: the results)
+
+    (runs of bit ``s`` sort downwards where bit ``s - t`` of ``c`` is 1, below ``s = m``)."""
+    dtypes = tuple(x.dtype for x in xs)
+    outer, cols, inner = xs[0].shape
+    chunk = chunk_plan(dtypes, cols, num_keys, keep, positions, descending)
+    assert chunk is not None
+    t, size = chunk.bits, chunk.width
+    m = max(1, (cols - 1).bit_length())
+    width, count = 1 << m, (1 << m) // size
+    pmax = dsl.tile_size().pmax
+    shape = (pmax, 1) + (2,) * t
+    inf = dsl.full((pmax, 1) + (1,) * t, float("inf"))
+    iota = dsl.sbuf(shape, "fp32")
+    dsl.copy(dsl.iota((pmax, size), "fp32"), out=iota)
+    kinds = [*chunk.levels, *chunk.payloads]
+    scratch = [dsl.hbm_tensor((outer * inner, width), d, name=f"scratch{k}") for k, d in enumerate(kinds)]
+    needed = sorted({*range(num_keys), *keep})
+    queues = itertools.cycle(range(16))   # a core's DMA queues (reference/neuron.md §1.2)
+    tiles = _row_tiles(outer, pmax, 1) if inner == 1 else \
+        [(o, i0, rn, 1) for o in range(outer) for i0, rn in blocks(inner, pmax)]
+
+    def spans(c: int) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+        """Chunk ``c``'s positions holding values and padding, as aligned blocks of the chunk."""
+        n = min(size, max(0, cols - c * size))
+        return _prefix(n, t), _suffix(n, t) if n else [(0, size)]
+
+    own: dict[int, int] = {}      # the same operands' levels are their values in every tile
+    for o, i0, rn, _ in tiles:
+        def hbm(x: Tensor, v0: int, n: int, o: int = o, i0: int = i0, rn: int = rn) -> Tensor:
+            return x[o : o + rn, v0 : v0 + n, 0] if inner == 1 else x[o, v0 : v0 + n, i0 : i0 + rn].T
+
+        row = o * inner + i0
+
+        def fetch(c: int, row: int = row, rn: int = rn) -> list[Tensor]:
+            got = [dsl.sbuf((rn, *shape[1:]), d) for d in kinds]
+            for tile, sc in zip(got, scratch, strict=True):
+                dsl.dma_copy(tile, sc[row : row + rn, c * size : (c + 1) * size], queue=next(queues))
+            return got
+
+        def put(c: int, got: list[Tensor], row: int = row, rn: int = rn) -> None:
+            for tile, sc in zip(got, scratch, strict=True):
+                dsl.dma_copy(sc[row : row + rn, c * size : (c + 1) * size], tile, queue=next(queues))
+
+        def first_pass(c: int, hbm: Callable[[Tensor, int, int], Tensor] = hbm,
+                       put: Callable[[int, list[Tensor]], None] = put, rn: int = rn) -> None:
+            filled, padding = spans(c)
+            raw: dict[int, Tensor] = {}
+            for k in needed:
+                tile = dsl.sbuf((rn, *shape[1:]), dtypes[k])
+                for (v0, n), view in zip(filled, _blocks(tile, filled), strict=True):
+                    dsl.dma_copy(view, hbm(xs[k], c * size + v0, n), queue=next(queues))
+                for view in _blocks(tile, padding):
+                    dsl.memset(view, 0.0, engine="gpsimd")
+                raw[k] = tile
+            index = None
+            if chunk.indexed:
+                index = dsl.tensor_scalar(iota[:rn], "add", float(c * size))
+                for view in _blocks(index, padding):
+                    dsl.memset(view, float("inf"))
+            levels, made = _row_levels(raw, num_keys, descending, inf[:rn], padding, index, width)
+            own.update(made)
+            payloads = [raw[k] for k in keep if k not in made]
+            raw.clear()
+            del index
+            _network(levels, payloads, t, down=bool(c & 1))
+            put(c, [*levels, *payloads])
+
+        def across(c: int, apart: int, down: bool, fetch: Callable[[int], list[Tensor]] = fetch,
+                   put: Callable[[int, list[Tensor]], None] = put) -> None:
+            first, second = fetch(c), fetch(c + apart)
+            low, high = [dsl.sbuf(x.shape, x.dtype) for x in first], [dsl.sbuf(x.shape, x.dtype) for x in first]
+            nlev = len(chunk.levels)
+            ins = (second, first) if down else (first, second)
+            views = [[_bits(x, k >= nlev) for k, x in enumerate(group)] for group in (*ins, low, high)]
+            a, b, x, y = views
+            _exchange(a, b, x, y, nlev)
+            put(c, high if down else low)
+            put(c + apart, low if down else high)
+
+        def inside(c: int, s: int, down: bool, fetch: Callable[[int], list[Tensor]] = fetch,
+                   put: Callable[[int, list[Tensor]], None] = put,
+                   hbm: Callable[[Tensor, int, int], Tensor] = hbm) -> None:
+            got = fetch(c)
+            levels, payloads = got[: len(chunk.levels)], got[len(chunk.levels):]
+            del got
+            _network(levels, payloads, t, [(s, j) for j in range(t - 1, -1, -1)], down)
+            if s < m:
+                put(c, [*levels, *payloads])
+                return
+            filled, _ = spans(c)
+            done = iter(payloads)
+            results = {k: levels[own[k]] if k in own else next(done) for k in keep}
+            for k, out in zip(keep, outs, strict=True):
+                for (v0, n), view in zip(filled, _blocks(results[k], filled), strict=True):
+                    dsl.dma_copy(hbm(out, c * size + v0, n), view, queue=next(queues))
+            if where_to is not None:
+                for (v0, n), view in zip(filled, _blocks(levels[-1], filled), strict=True):
+                    pos = dsl.tensor_scalar(view, "add", float(width), "mod", float(width), dtype="int32")
+                    dsl.dma_copy(hbm(where_to, c * size + v0, n), pos, queue=next(queues))
+
+        for c in range(count):
+            first_pass(c)
+        for s in range(t + 1, m + 1):
+            for j in range(s - 1, t - 1, -1):
+                apart = 1 << (j - t)
+                for c in (c for c in range(count) if not c & apart):
+                    across(c, apart, s < m and bool((c >> (s - t)) & 1))
+            for c in range(count):
+                inside(c, s, s < m and bool((c >> (s - t)) & 1))
 
 
 def _row_tiles(outer: int, pmax: int, pack: int) -> list[tuple[int, int, int, int]]:
@@ -322,9 +466,10 @@ def _levels(raw: Tensor, descending: bool, sole: bool, inf: Tensor) -> tuple[lis
     return halves, None
 
 
-def _pair(t: Tensor, s: int, j: int, up: int | None) -> tuple[Tensor, Tensor]:
+def _pair(t: Tensor, s: int, j: int, up: int | None, down: bool = False) -> tuple[Tensor, Tensor]:
     """The views of stage ``(s, j)`` of bit-shaped ``t``: the pair members that take the lower and the
-    higher of each pair, in the runs of bit ``s`` = ``up`` (``None``: every run sorts upwards)."""
+    higher of each pair, in the runs of bit ``s`` = ``up`` (``None``: bit ``s`` is above the tile's, and
+    the whole tile sorts downwards if ``down``, else upwards)."""
     m = len(t.shape) - 2
     index: list[slice | int] = [slice(None)] * (m + 2)
     if up is not None:
@@ -332,47 +477,53 @@ def _pair(t: Tensor, s: int, j: int, up: int | None) -> tuple[Tensor, Tensor]:
     lo, hi = list(index), list(index)
     lo[m + 1 - j], hi[m + 1 - j] = 0, 1
     a, b = t[tuple(lo)], t[tuple(hi)]
-    return (b, a) if up == 1 else (a, b)
+    return (b, a) if up == 1 or (up is None and down) else (a, b)
 
 
-def _network(levels: list[Tensor], payloads: list[Tensor], m: int) -> None:
-    """The bitonic network over bit-shaped tiles (module docstring), replacing the tiles of ``levels`` and
-    ``payloads`` (in place: a stage's inputs are freed as it ends) by the sorted ones."""
-    for s in range(1, m + 1):
-        for j in range(s - 1, -1, -1):
-            new_levels = [dsl.sbuf(t.shape, t.dtype) for t in levels]
-            new_payloads = [dsl.sbuf(t.shape, t.dtype) for t in payloads]
-            for up in ((0, 1) if s < m else (None,)):
-                _exchange(levels, payloads, new_levels, new_payloads, s, j, up)
-            levels[:], payloads[:] = new_levels, new_payloads
+def _network(levels: list[Tensor], payloads: list[Tensor], m: int, stages: list[tuple[int, int]] | None = None,
+             down: bool = False) -> None:
+    """The bitonic network over bit-shaped tiles of ``2**m`` positions (module docstring), replacing the
+    tiles of ``levels`` and ``payloads`` (in place: a stage's inputs are freed as it ends) by the sorted
+    ones; ``stages`` ``(s, j)`` (default: all of them), the runs of ``s ≥ m`` sorting ``down`` or up."""
+    order = stages if stages is not None else [(s, j) for s in range(1, m + 1) for j in range(s - 1, -1, -1)]
+    for s, j in order:
+        new_levels = [dsl.sbuf(t.shape, t.dtype) for t in levels]
+        new_payloads = [dsl.sbuf(t.shape, t.dtype) for t in payloads]
+        for up in ((0, 1) if s < m else (None,)):
+            tiles, new = [*levels, *payloads], [*new_levels, *new_payloads]
+            firsts, seconds = zip(*(_pair(_bits(t, k >= len(levels)), s, j, up, down) for k, t in enumerate(tiles)),
+                                  strict=True)
+            lows, highs = zip(*(_pair(_bits(t, k >= len(levels)), s, j, up, down) for k, t in enumerate(new)),
+                              strict=True)
+            _exchange(list(firsts), list(seconds), list(lows), list(highs), len(levels))
+        levels[:], payloads[:] = new_levels, new_payloads
 
 
-def _exchange(levels: list[Tensor], payloads: list[Tensor], new_levels: list[Tensor], new_payloads: list[Tensor],
-              s: int, j: int, up: int | None) -> None:
-    """One compare-exchange of stage ``(s, j)`` over the runs of bit ``s`` = ``up`` (``_pair``), from the
-    tiles into the new ones. The first level goes by min / max (two inputs, not a select's three); a
-    single level needs no swap mask; payloads move through their bit-transparent views. VectorE makes the
+def _bits(t: Tensor, payload: bool) -> Tensor:
+    """A payload's bit-transparent view (module docstring); a level as it is."""
+    return t.bitcast(BITS_VIEW[get_dtype(t.dtype).itemsize]) if payload else t
+
+
+def _exchange(firsts: list[Tensor], seconds: list[Tensor], lows: list[Tensor], highs: list[Tensor],
+              count: int) -> None:
+    """One compare-exchange: ``lows`` / ``highs`` get the lexicographically lower / higher of ``firsts`` and
+    ``seconds`` (views of the levels, the first ``count``, then of the payloads' bits). The first level goes
+    by min / max (two inputs, not a select's three); a single level needs no swap mask. VectorE makes the
     mask; each min / max / select goes to VectorE or GpSimd, whichever would finish it first (``_cycles``)."""
-    firsts, seconds = zip(*(_pair(t, s, j, up) for t in levels), strict=True)
-    moves = [*zip(levels[1:], new_levels[1:], strict=True),
-             *((p.bitcast(BITS_VIEW[get_dtype(p.dtype).itemsize]), q.bitcast(BITS_VIEW[get_dtype(q.dtype).itemsize]))
-               for p, q in zip(payloads, new_payloads, strict=True))]
-    swap = _less(list(seconds), list(firsts)) if moves else None
-    last = len(firsts) - 1       # the mask: lt of the last level, lt / eq / select of each earlier one
-    load = {"vector": sum(_cycles("vector", [x, x, swap]) * (1 if k == last else 3) for k, x in enumerate(firsts))
-            if swap is not None else 0.0, "gpsimd": 0.0}
+    swap = _less(seconds[:count], firsts[:count]) if len(firsts) > 1 else None
+    load = {"vector": sum(_cycles("vector", [x, x, swap]) * (1 if k == count - 1 else 3)
+                          for k, x in enumerate(firsts[:count])) if swap is not None else 0.0, "gpsimd": 0.0}
 
     def engine(*operands: Tensor) -> Engine:
         best = min(RATES, key=lambda e: load[e] + _cycles(e, list(operands)))
         load[best] += _cycles(best, list(operands))
         return best
 
-    low, high = _pair(new_levels[0], s, j, up)
-    dsl.tensor_tensor(firsts[0], seconds[0], "min", out=low, engine=engine(firsts[0], seconds[0], low))
-    dsl.tensor_tensor(firsts[0], seconds[0], "max", out=high, engine=engine(firsts[0], seconds[0], high))
-    for old, new in moves:
+    a, b = firsts[0], seconds[0]
+    dsl.tensor_tensor(a, b, "min", out=lows[0], engine=engine(a, b, lows[0]))
+    dsl.tensor_tensor(a, b, "max", out=highs[0], engine=engine(a, b, highs[0]))
+    for a, b, na, nb in zip(firsts[1:], seconds[1:], lows[1:], highs[1:], strict=True):
         assert swap is not None
-        (a, b), (na, nb) = _pair(old, s, j, up), _pair(new, s, j, up)
         dsl.where(swap, b, a, out=na, engine=engine(swap, b, a, na))
         dsl.where(swap, a, b, out=nb, engine=engine(swap, a, b, nb))
 
