@@ -248,6 +248,7 @@ def _arg_timed(target: str, arg: ArgMax) -> TileTime:
 SORT_DTYPES = {"f32": "fp32", "bf16": "bf16", "f16": "fp16", "i32": "int32", "ui32": "uint32", "i16": "int16",
                "ui16": "uint16", "i8": "int8", "ui8": "uint8"}
 FLOAT_TYPES = ("f32", "bf16", "f16")
+SAMPLE_POSITIONS = 65536   # positions of a row a partition the sort kernel's samples cover at most
 COMPARE_TYPE = {"i32": "SIGNED", "i16": "SIGNED", "i8": "SIGNED", "ui32": "UNSIGNED", "ui16": "UNSIGNED",
                 "ui8": "UNSIGNED"}
 
@@ -361,16 +362,20 @@ def sort_for(sort: Node, consumers: dict[int, list[Node]], results: set[int]) ->
 
 
 def sort_time(target: str, srt: Sort) -> TileTime:
-    """The sort kernel's time (timing-only), sampled on ``outer`` when it has many row tiles (the tiles
-    repeat the same network)."""
+    """The sort kernel's time (timing-only), sampled when it has many row tiles (the tiles repeat the same
+    network): on ``sample`` and twice as many tiles, fewer for long rows (``SAMPLE_POSITIONS`` a partition
+    over the samples: a tile of 65536 positions is some 30000 instructions)."""
+    from trnsim.kernels.sort import plan
+
+    width = plan(srt.dtypes, srt.cols, srt.num_keys, srt.keep, srt.positions, srt.descending).width
+    sample = max(1, min(SAMPLE_TILES, SAMPLE_POSITIONS // width))
     per = srt.tiles_per_outer
-    if srt.outer * per <= 2 * SAMPLE_TILES:
+    if srt.outer * per <= 2 * sample:
         return _sort_timed(target, srt)
-    if per > SAMPLE_TILES:    # many tiles at each o: sample the tiles of one o
-        a, b = (_sort_timed(target, replace(srt, outer=1, inner=n * PARTITIONS)) for n in (SAMPLE_TILES,
-                                                                                            2 * SAMPLE_TILES))
-        return extrapolate(a, b, linear_fit(SAMPLE_TILES, 2 * SAMPLE_TILES, srt.outer * per))
-    small = max(1, round(SAMPLE_TILES / per))    # whole tiles: per is 1/p or an integer
+    if per > sample:    # many tiles at each o: sample the tiles of one o
+        a, b = (_sort_timed(target, replace(srt, outer=1, inner=n * PARTITIONS)) for n in (sample, 2 * sample))
+        return extrapolate(a, b, linear_fit(sample, 2 * sample, srt.outer * per))
+    small = max(1, round(sample / per))    # whole tiles: per is 1/p or an integer
     large = 2 * small
     a, b = (_sort_timed(target, replace(srt, outer=n)) for n in (small, large))
     return extrapolate(a, b, linear_fit(small, large, srt.outer))
