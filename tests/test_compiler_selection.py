@@ -125,11 +125,10 @@ def test_the_positions_iota_is_absorbed_unless_something_else_reads_it() -> None
 SORTS: list[tuple[Any, list[tuple[tuple[int, ...], Any]]]] = [
     (lambda x: jnp.sort(x), [((64, 100), jnp.float32)]),
     (lambda x: jnp.argsort(x, axis=0), [((37, 6), jnp.bfloat16)]),                       # transposed rows
-    (lambda x: jnp.argsort(x, descending=True), [((9, 300), jnp.int32)]),                # reverse, sort, reverse
+    (lambda x: jnp.argsort(x, descending=True), [((130, 300), jnp.int32)]),              # reverse, sort, reverse
     (lambda x: jnp.sort(x, axis=1, descending=True), [((3, 50, 4), jnp.float16)]),
     (lambda x, y: jax.lax.sort((x, y), num_keys=2), [((20, 33), jnp.bfloat16), ((20, 33), jnp.uint32)]),
-    (lambda x, y: jax.lax.sort_key_val(x, y), [((5, 1000), jnp.int16), ((5, 1000), jnp.float32)]),
-    (lambda x: jnp.sort(x), [((2, 9000), jnp.float32)]),                                 # chunks merged in HBM
+    (lambda x, y: jax.lax.sort_key_val(x, y), [((128, 1000), jnp.int16), ((128, 1000), jnp.float32)]),
     (lambda x, y, z: jax.lax.sort((x, y, z), num_keys=1, is_stable=True),
      [((8, 17), jnp.uint8), ((8, 17), jnp.int8), ((8, 17), jnp.uint16)]),
 ]
@@ -183,6 +182,8 @@ def test_short_rows_pack_a_partition_and_are_sampled_by_tiles(monkeypatch: pytes
     (lambda x: jnp.sort(x), (2, 2**22), jnp.float32),                    # positions beyond the kernel's
     (lambda x: sum(jax.lax.sort((x, x + 1, x + 2, x + 3, x + 4), num_keys=1)), (4, 40), jnp.float32),  # 5 read
     (lambda x: jax.lax.sort(x, is_stable=True), (4, 40), jnp.bool_),
+    (lambda x: jnp.sort(x), (2, 9000), jnp.float32),                     # few long rows (FEW_ROWS_MAX_COLS)
+    (lambda x: jnp.sort(x), (5000,), jnp.float32),
 ])
 def test_other_sorts_keep_the_analytic_cost(fn: Any, shape: tuple[int, ...], dtype: Any) -> None:
     program = _plan(fn, (shape, dtype))

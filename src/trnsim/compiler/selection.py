@@ -249,6 +249,11 @@ SORT_DTYPES = {"f32": "fp32", "bf16": "bf16", "f16": "fp16", "i32": "int32", "ui
                "ui16": "uint16", "i8": "int8", "ui8": "uint8"}
 FLOAT_TYPES = ("f32", "bf16", "f16")
 SAMPLE_POSITIONS = 65536   # positions of a row a partition the sort kernel's samples cover at most
+# NOTE: the sort kernel puts rows on partitions (one row a partition, short rows several): a sort of fewer rows than
+# partitions runs its whole network on that few lanes, and its time says more about that mapping than about a
+# NeuronCore (a 1-D sort of 5000 f32: 3.4 ms simulated). Until a row spreads over the partitions, such sorts of
+# rows longer than this keep the analytic cost
+FEW_ROWS_MAX_COLS = 256
 COMPARE_TYPE = {"i32": "SIGNED", "i16": "SIGNED", "i8": "SIGNED", "ui32": "UNSIGNED", "ui16": "UNSIGNED",
                 "ui8": "UNSIGNED"}
 
@@ -329,7 +334,8 @@ def _comparator(dtypes: list[str], num_keys: int, direction: str) -> Tree:
 
 def sort_for(sort: Node, consumers: dict[int, list[Node]], results: set[int]) -> Sort | None:
     """The sort kernel's form of ``sort`` (StableHLO ``sort`` of JAX's comparators: ``_comparator``), when
-    its operands' dtypes have exact levels and its rows fit the kernel (``kernels.sort.fits``); an operand
+    its operands' dtypes have exact levels and its rows fit the kernel (``kernels.sort.fits``), and unless it
+    has fewer rows than partitions and rows longer than ``FEW_ROWS_MAX_COLS``; an operand
     that is an iota along the axis is the kernel's positions (``jnp.argsort``); else None. A sort the top-k
     kernel computes (``topk_for``) is left to it."""
     from trnsim.kernels.sort import MAX_OPERANDS, fits
@@ -357,6 +363,8 @@ def sort_for(sort: Node, consumers: dict[int, list[Node]], results: set[int]) ->
     kinds = tuple(SORT_DTYPES[dtypes[k]] for k in operands)
     if len(operands) > MAX_OPERANDS or not fits(kinds, shape[d], num_keys, keep, positions, descending):
         return None
+    if math.prod(shape) // shape[d] < PARTITIONS and shape[d] > FEW_ROWS_MAX_COLS:
+        return None     # few long rows: FEW_ROWS_MAX_COLS
     return Sort(math.prod(shape[:d]), shape[d], math.prod(shape[d + 1:]), kinds, num_keys, descending, keep,
                 positions)
 
