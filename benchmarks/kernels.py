@@ -7,8 +7,8 @@ The matmul goal (≤ 2× a float32 numpy matmul of the same shapes) is for the c
 once per shape (as NKI caches kernels), so a repeated ``run_kernel`` only runs the program. The first call,
 which also traces and verifies the program, is reported separately. The operands are bf16 arrays
 (``ml_dtypes.bfloat16``), whose codes go into HBM as they are; a second line passes the same values as fp32
-arrays typed bf16, which ``run_kernel`` rounds on the way in (two more passes over 4M values each). ``--plain`` runs the simulator's plain
-reference path (``Device(fast_paths=False)``) for comparison.
+arrays typed bf16, which ``run_kernel`` rounds on the way in (two more passes over 4M values each).
+``--plain`` runs the simulator's plain reference path (``Device(fast_paths=False)``) for comparison.
 """
 
 from __future__ import annotations
