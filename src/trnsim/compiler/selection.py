@@ -27,6 +27,7 @@ extrapolated linearly (``kernel_timing.linear_fit``): its tiles repeat the same 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any
@@ -147,17 +148,22 @@ class ArgMax:
 Tree = tuple[Any, ...]
 
 
-def _tree(region: Graph) -> list[Tree] | None:
-    """The region's results as expression trees over ``("arg", k)`` leaves (``and``/``or`` operands sorted:
-    they commute), or None for ops other than compare / and / or / select."""
+def _trees(region: Graph, compare_kind: Callable[[Any], Any]) -> list[Tree] | None:
+    """The region's results as expression trees over ``("arg", k)`` and ``("const", v)`` leaves (``and``/``or``
+    operands sorted: they commute; a compare's type as ``compare_kind`` maps it), or None for ops other than
+    one-element constant / compare / and / or / select."""
     trees: dict[int, Tree] = {p.id: ("arg", k) for k, p in enumerate(region.params)}
     for node in region.nodes:
+        if node.op == "constant" and node.out.type.size == 1:
+            value = float(node.attrs["value"].reshape(-1)[0])
+            trees[node.out.id] = ("const", "nan" if math.isnan(value) else value)
+            continue
         args = [trees.get(v.id) for v in node.inputs]
         if any(a is None for a in args):
             return None
         if node.op == "compare":
-            exact = node.attrs.get("compare_type") != "TOTALORDER"
-            trees[node.out.id] = ("compare", node.attrs.get("comparison_direction"), exact, *args)
+            trees[node.out.id] = ("compare", node.attrs.get("comparison_direction"),
+                                  compare_kind(node.attrs.get("compare_type")), *args)
         elif node.op in ("and", "or"):
             trees[node.out.id] = (node.op, *sorted(args, key=repr))
         elif node.op == "select":
@@ -166,6 +172,11 @@ def _tree(region: Graph) -> list[Tree] | None:
             return None
     out = [trees.get(v.id) for v in region.results]
     return None if any(t is None for t in out) else [t for t in out if t is not None]
+
+
+def _tree(region: Graph) -> list[Tree] | None:
+    """A reduce body's results (``_trees``), a compare's type as whether it is exact (not TOTALORDER)."""
+    return _trees(region, lambda kind: kind != "TOTALORDER")
 
 
 def _arg_body(direction: str) -> list[Tree]:
@@ -285,28 +296,9 @@ class Sort:
 
 
 def _sort_tree(region: Graph) -> Tree | None:
-    """The comparator's result as an expression tree over ``("arg", k)`` and ``("const", v)`` leaves
-    (``and``/``or`` operands sorted), or None for ops other than constant / compare / and / or / select."""
-    trees: dict[int, Tree] = {p.id: ("arg", k) for k, p in enumerate(region.params)}
-    for node in region.nodes:
-        if node.op == "constant" and node.out.type.size == 1:
-            value = float(node.attrs["value"].reshape(-1)[0])
-            trees[node.out.id] = ("const", "nan" if math.isnan(value) else value)
-            continue
-        args = [trees.get(v.id) for v in node.inputs]
-        if any(a is None for a in args):
-            return None
-        if node.op == "compare":
-            trees[node.out.id] = ("compare", node.attrs.get("comparison_direction"), node.attrs.get("compare_type"),
-                                  *args)
-        elif node.op in ("and", "or"):
-            trees[node.out.id] = (node.op, *sorted(args, key=repr))
-        elif node.op == "select":
-            trees[node.out.id] = ("select", *args)
-        else:
-            return None
-    (out,) = region.results or (None,)
-    return trees.get(out.id) if out is not None and len(region.results) == 1 else None
+    """The comparator's one result (``_trees``), a compare's type as itself."""
+    out = _trees(region, lambda kind: kind)
+    return out[0] if out is not None and len(out) == 1 else None
 
 
 def _comparator(dtypes: list[str], num_keys: int, direction: str) -> Tree:
