@@ -212,30 +212,12 @@ def plan_graph(graph: Graph, ctx: PassContext, machine: costs.Machine) -> Plan:
                 cost.instructions = dict(timed.by_engine)
                 cost.min_seconds = kernel_seconds = timed.seconds
                 kernel_name = "generated_elementwise"
-        elif kind == "sort" and (top := selection.topk_for(head, consumers, results)) is not None and \
-                (picked := _kernel_or_none(partial(selection.topk_time, machine.target, top), ctx,
-                                           "topk_fallbacks")) is not None:
-            # the sort of chlo.top_k whose first k columns alone are read: the library's top-k kernel
-            costs.SINGLE_RULES["sort"](machine, head, cost)  # (its HBM traffic, for the schedule's DMA use)
-            cost.busy, cost.instructions = dict(picked.busy), dict(picked.by_engine)
-            cost.min_seconds = kernel_seconds = picked.seconds
-            kernel_name = "topk"
-        elif kind == "sort" and (srt := selection.sort_for(head, consumers, results)) is not None and \
-                (ordered := _kernel_or_none(partial(selection.sort_time, machine.target, srt), ctx,
-                                            "sort_fallbacks")) is not None:
-            # any other sort of JAX's comparators: the library's sort kernel (a bitonic network on VectorE)
-            cost.busy, cost.instructions = dict(ordered.busy), dict(ordered.by_engine)
-            cost.min_seconds = kernel_seconds = ordered.seconds
-            cost.dma_bytes = ordered.hbm_bytes
-            kernel_name = "sort"
-        elif kind == "reduce" and (arg := selection.argmax_for(head, consumers, results)) is not None and \
-                (found := _kernel_or_none(partial(selection.argmax_time, machine.target, arg), ctx,
-                                          "argmax_fallbacks")) is not None:
-            # jnp.argmax / argmin whose indices alone are read: the library's argmax kernel
-            cost.busy, cost.instructions = dict(found.busy), dict(found.by_engine)
-            cost.min_seconds = kernel_seconds = found.seconds
-            cost.dma_bytes = found.hbm_bytes
-            kernel_name = "argmax"
+        elif (chosen := _selection_kernel(kind, head, consumers, results, machine.target, ctx)) is not None:
+            # a sort or a reduce one of the library's selection kernels computes (SELECTION_KERNELS)
+            kernel_name, timed = chosen
+            cost.busy, cost.instructions = dict(timed.busy), dict(timed.by_engine)
+            cost.min_seconds = kernel_seconds = timed.seconds
+            cost.dma_bytes = timed.hbm_bytes
         elif len(members) == 1 and (window := poolgen.pool_for(head)) is not None and \
                 (pooled := _kernel_or_none(partial(poolgen.pool_time, machine.target, window), ctx,
                                            "pool_fallbacks")) is not None:
@@ -285,6 +267,27 @@ def plan_graph(graph: Graph, ctx: PassContext, machine: costs.Machine) -> Plan:
 
 
 T = TypeVar("T")
+
+
+# group kind → the library's selection kernels that may compute a group of it, tried in order: (the kernel's
+# form of the group's op or None, its timing, the kernel's name; fallbacks are counted as "<name>_fallbacks")
+SELECTION_KERNELS: dict[str, list[tuple[Callable[..., Any], Callable[..., Any], str]]] = {
+    "sort": [(selection.topk_for, selection.topk_time, "topk"),     # chlo.top_k's sort, first k columns read
+             (selection.sort_for, selection.sort_time, "sort")],    # any other sort of JAX's comparators
+    "reduce": [(selection.argmax_for, selection.argmax_time, "argmax")],  # jnp.argmax / argmin, indices read
+}
+
+
+def _selection_kernel(kind: str, head: Node, consumers: dict[int, list[Node]], results: set[int], target: str,
+                      ctx: PassContext) -> tuple[str, tilegen.TileTime] | None:
+    """The first selection kernel (``SELECTION_KERNELS``) that takes ``head`` and traces, with its timing."""
+    for form_of, time_of, name in SELECTION_KERNELS.get(kind, []):
+        form = form_of(head, consumers, results)
+        timed = _kernel_or_none(partial(time_of, target, form), ctx, f"{name}_fallbacks") \
+            if form is not None else None
+        if timed is not None:
+            return name, timed
+    return None
 
 
 def _size_preserving_broadcast(node: Node) -> bool:
