@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 import trnsim
 from trnsim.dsl.errors import KernelError
 from trnsim.kernels import pool as pool_module
-from trnsim.kernels import reduce_window, select_and_gather, select_and_scatter
+from trnsim.kernels import pool_bands, reduce_window, select_and_gather, select_and_scatter
 
 Pads = list[tuple[int, int]]
 JAX_OPS = {"max": (jax.lax.max, -np.inf), "min": (jax.lax.min, np.inf), "add": (jax.lax.add, 0.0)}
@@ -278,7 +278,7 @@ def small_sbuf(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
             kernel._cache.clear()  # pyright: ignore[reportPrivateUsage]
 
     clear()
-    monkeypatch.setattr(pool_module, "BAND_BYTES", 600)
+    monkeypatch.setattr(pool_bands, "BAND_BYTES", 600)
     yield
     clear()
 
