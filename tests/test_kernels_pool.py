@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import doctest
 import itertools
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -298,3 +299,17 @@ def test_column_blocks_and_channel_chunks(small_sbuf: None, shape: tuple[int, ..
     source = rng.integers(-4, 5, _out_shape(list(shape), *full)).astype(np.float32)  # type: ignore[arg-type]
     np.testing.assert_array_equal(select_and_scatter(x, source, *full),  # type: ignore[arg-type]
                                   scatter_reference(x, source, *full))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("call,message", [
+    (lambda: reduce_window(np.zeros((4, 5), np.float32), [2], [1], [(0, 0)]), "window size of 1 entries for a 2-D"),
+    (lambda: reduce_window(np.zeros((4, 5), np.float32), [2, 2], [0, 1]), "window stride (0, 1)"),
+    (lambda: select_and_scatter(np.zeros((4, 4), np.float32), np.zeros((3, 3), np.float32), [2, 2], [2, 2]),
+     "a source of shape (3, 3)"),
+    (lambda: select_and_gather(np.zeros((4, 4), np.float32), np.zeros((4, 3), np.float32), [2, 2], [2, 2]),
+     "a tangent of shape (4, 3)"),
+])
+def test_bad_windows_and_operands_are_kernel_errors(call: Any, message: str) -> None:
+    with pytest.raises(KernelError) as err:
+        call()
+    assert message in err.value.render() and "kernels.pool" in err.value.render()

@@ -177,3 +177,15 @@ def test_short_rows_pack_several_to_a_partition(rows: int, cols: int) -> None:
     got = sort(x, y, positions=True)
     want = _reference([x, y], 1, 1, False)
     assert all(_same(g, w) for g, w in zip(got, want, strict=True))
+
+
+def test_bad_axes_and_operands_are_kernel_errors() -> None:
+    from trnsim.kernels import argmax
+
+    for call, message in [(lambda: sort(np.zeros((4, 5), np.float32), axis=2), "axis 2 of a 2-D array"),
+                          (lambda: sort(np.zeros((4, 5)), np.zeros((4, 4))), "operands of shapes"),
+                          (lambda: sort(np.float32(1.0)), "a sort of an array of shape ()"),
+                          (lambda: argmax(np.zeros((4, 5), np.float32), axis=-3), "axis -3 of a 2-D array")]:
+        with pytest.raises(KernelError) as err:
+            call()
+        assert message in err.value.render()

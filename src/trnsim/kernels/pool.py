@@ -49,8 +49,33 @@ from trnsim.kernels.pool_window import canonical as canonical
 
 def _window_args(rank: int, size: Sequence[int], stride: Sequence[int] | None, pad: Sequence[Pair] | None,
                  dilation: Sequence[int] | None) -> tuple[list[int], list[int], list[Pair], list[int]]:
-    return (list(size), list(stride or [1] * rank), [(int(lo), int(hi)) for lo, hi in (pad or [(0, 0)] * rank)],
-            list(dilation or [1] * rank))
+    """The window's sizes, strides, paddings and dilations, one per axis of a rank-``rank`` operand (checked:
+    a ``KernelError`` names the argument that does not fit)."""
+    sizes, strides = [int(k) for k in size], [int(k) for k in (stride or [1] * rank)]
+    pads = [(int(lo), int(hi)) for lo, hi in (pad or [(0, 0)] * rank)]
+    dils = [int(k) for k in (dilation or [1] * rank)]
+    for name, values in (("size", sizes), ("stride", strides), ("pad", pads), ("dilation", dils)):
+        if len(values) != rank:
+            raise KernelError(f"a window {name} of {len(values)} entries for a {rank}-D operand", where="kernels.pool",
+                              hint=f"give one {name} per axis of the operand (1 for an axis without a window)")
+    for name, values in (("size", sizes), ("stride", strides), ("dilation", dils)):
+        if min(values, default=1) < 1:
+            raise KernelError(f"window {name} {tuple(values)}", where="kernels.pool",
+                              hint=f"every window {name} is at least 1")
+    return sizes, strides, pads, dils
+
+
+def _out_shape(shape: Sequence[int], sizes: list[int], strides: list[int], pads: list[Pair],
+               dils: list[int]) -> list[int]:
+    """The windows along each axis (StableHLO reduce_window's result shape)."""
+    return [(s + lo + hi - (k - 1) * d - 1) // st + 1
+            for s, k, st, (lo, hi), d in zip(shape, sizes, strides, pads, dils, strict=True)]
+
+
+def _same_shape(what: str, got: tuple[int, ...], want: Sequence[int]) -> None:
+    if tuple(got) != tuple(want):
+        raise KernelError(f"{what} of shape {tuple(got)}", where="kernels.pool",
+                          hint=f"it must have shape {tuple(want)}")
 
 
 def _canonical_or_raise(shape: tuple[int, ...], *args: Sequence[int] | Sequence[Pair]) -> Window:
@@ -80,9 +105,7 @@ def reduce_window(x: ArrayLike, size: Sequence[int], stride: Sequence[int] | Non
     arg = dsl.typed(view, dtype) if dtype is not None else view
     res = dsl.run_kernel(pool_kernel, arg, target=target, size=win.size, stride=win.stride, pad=win.pad,
                          dilation=win.dilation, op=kernel_op, init=init, scale=scale, depth=win.depth)
-    out_shape = [(s + lo + hi - (k - 1) * d - 1) // st + 1
-                 for s, k, st, (lo, hi), d in zip(arr.shape, sizes, strides, pads, dils, strict=True)]
-    return res.outputs[0].reshape(out_shape)
+    return res.outputs[0].reshape(_out_shape(arr.shape, sizes, strides, pads, dils))
 
 
 def select_and_gather(x: ArrayLike, tangent: ArrayLike, size: Sequence[int], stride: Sequence[int] | None = None,
@@ -97,14 +120,13 @@ def select_and_gather(x: ArrayLike, tangent: ArrayLike, size: Sequence[int], str
     """
     arr, tan = np.asarray(x, np.float32), np.asarray(tangent, np.float32)
     sizes, strides, pads, dils = _window_args(arr.ndim, size, stride, pad, dilation)
+    _same_shape("a tangent", tan.shape, arr.shape)
     win = _canonical_or_raise(arr.shape, sizes, strides, pads, dils)
     args = [a.reshape(win.shape[0] * win.depth.planes, *win.shape[1:]) for a in (arr, tan)]
     typed = [dsl.typed(a, dtype) if dtype is not None else a for a in args]
     res = dsl.run_kernel(pool_gather_kernel, *typed, target=target, size=win.size, stride=win.stride, pad=win.pad,
                          dilation=win.dilation, select=select, init=init, tangent_init=tangent_init, depth=win.depth)
-    out_shape = [(s + lo + hi - (k - 1) * d - 1) // st + 1
-                 for s, k, st, (lo, hi), d in zip(arr.shape, sizes, strides, pads, dils, strict=True)]
-    return res.outputs[0].reshape(out_shape)
+    return res.outputs[0].reshape(_out_shape(arr.shape, sizes, strides, pads, dils))
 
 
 def select_and_scatter(x: ArrayLike, source: ArrayLike, size: Sequence[int], stride: Sequence[int] | None = None,
@@ -118,6 +140,7 @@ def select_and_scatter(x: ArrayLike, source: ArrayLike, size: Sequence[int], str
     """
     arr, src = np.asarray(x, np.float32), np.asarray(source, np.float32)
     sizes, strides, pads, _ = _window_args(arr.ndim, size, stride, pad, None)
+    _same_shape("a source", src.shape, _out_shape(arr.shape, sizes, strides, pads, [1] * arr.ndim))
     win = _canonical_or_raise(arr.shape, sizes, strides, pads, [1] * arr.ndim)
     n, oh, ow, c = win.shape[0], *win.out, win.shape[3]
     args = [arr.reshape(n * win.depth.planes, *win.shape[1:]), src.reshape(n * win.depth.out, oh, ow, c)]

@@ -417,6 +417,9 @@ def argmax(x: ArrayLike, axis: int = -1, dtype: str | None = None, *, smallest: 
     if arr.ndim == 0 or arr.size == 0:
         raise KernelError(f"argmax of an array of shape {arr.shape}", where="kernels.argmax",
                           hint="pass at least one value along the axis")
+    if not -arr.ndim <= axis < arr.ndim:
+        raise KernelError(f"axis {axis} of a {arr.ndim}-D array", where="kernels.argmax",
+                          hint=f"use an axis in {-arr.ndim}..{arr.ndim - 1}")
     axis %= arr.ndim
     shape = arr.shape
     view = arr.reshape(int(np.prod(shape[:axis])), shape[axis], int(np.prod(shape[axis + 1:])))

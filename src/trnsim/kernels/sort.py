@@ -560,9 +560,16 @@ def sort(*operands: ArrayLike, axis: int = -1, num_keys: int = 1, descending: bo
     """
     arrs = [np.asarray(x) for x in operands]
     if not arrs or arrs[0].ndim == 0 or arrs[0].size == 0:
-        raise KernelError(f"a sort of {len(arrs)} operands", where="kernels.sort",
+        raise KernelError("a sort of no operands" if not arrs else f"a sort of an array of shape {arrs[0].shape}",
+                          where="kernels.sort",
                           hint="pass at least one array with values along the axis")
     shape = arrs[0].shape
+    if not -len(shape) <= axis < len(shape):
+        raise KernelError(f"axis {axis} of a {len(shape)}-D array", where="kernels.sort",
+                          hint=f"use an axis in {-len(shape)}..{len(shape) - 1}")
+    if any(a.shape != shape for a in arrs):
+        raise KernelError(f"operands of shapes {[a.shape for a in arrs]}", where="kernels.sort",
+                          hint="every operand has the keys' shape")
     axis %= len(shape)
     views = [a.reshape(int(np.prod(shape[:axis])), shape[axis], int(np.prod(shape[axis + 1:]))) for a in arrs]
     kinds = dtypes or (None,) * len(views)
