@@ -255,6 +255,36 @@ def test_dma_copies_fast_equals_plain_bit_for_bit() -> None:
     assert np.array_equal(runs[0]["z"].view(np.uint32), want.reshape(64, 400))
 
 
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from([1, 2, 4, 8]), st.integers(1, 70), st.integers(1, 140), st.integers(0, 9), st.integers(0, 3))
+def test_transposing_copy_view_moves_every_code(itemsize: int, rows: int, cols: int, col0: int, row0: int) -> None:
+    """``fastpath.copy_view`` of ``m.T`` into a strided destination equals numpy's assignment for every code
+    width, row count (a multiple of the 8-byte word's codes or not), and source offset (word-aligned or not):
+    the word-by-word transpose where it applies, the blocked or plain copy elsewhere."""
+    dtype = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[itemsize]
+    rng = np.random.default_rng(itemsize * 1000 + rows * 7 + cols)
+    big = rng.integers(0, 2 ** (8 * itemsize) - 1, (cols + 3, rows + col0 + 5), dtype=np.uint64).astype(dtype)
+    src = big[row0 : row0 + cols, col0 : col0 + rows].T  # [rows, cols], a transposed view
+    memory = np.zeros((rows, cols * 3 + 7), dtype=dtype)
+    dst = memory[:, 5 : 5 + cols]
+    fastpath.copy_view(dst, src)
+    assert np.array_equal(dst, src)
+    assert not memory[:, :5].any() and not memory[:, 5 + cols :].any()
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.uint16, np.uint32])
+def test_word_transpose_takes_aligned_tiles_of_a_transposed_matrix(dtype: type) -> None:
+    """The [128, 512] tiles of ``a.T`` that a matmul loads go word by word (and land exactly); a source that
+    is not word-aligned, or a row count the word's codes do not divide, is left to the other copies."""
+    a = np.random.default_rng(3).integers(0, 200, (1024, 384), dtype=np.uint64).astype(dtype)
+    sbuf = np.zeros((128, 4096), dtype=dtype)
+    dst = sbuf[:, 512:1024]
+    assert fastpath._transpose_words(dst, a[256:768, 128:256].T)
+    assert np.array_equal(dst, a[256:768, 128:256].T) and not sbuf[:, :512].any() and not sbuf[:, 1024:].any()
+    assert not fastpath._transpose_words(dst, a[256:768, 129:257].T)  # starts mid-word
+    assert not fastpath._transpose_words(sbuf[:127, :512], a[256:768, 128:255].T)  # 127 rows
+
+
 def test_tensor_copies_fast_equals_plain_bit_for_bit() -> None:
     """``Context.copy_values``: fp32 → bf16 rounded view to view (ties, overflow, subnormals, NaNs of both
     signs and every payload kind), same-dtype copies as codes (bf16 and fp32, NaN payloads kept), a cast
