@@ -107,10 +107,16 @@ _erf = np.vectorize(math.erf, otypes=[np.float64])
 
 
 def _act(fn: Callable[[NDArray[np.float64]], Any]) -> Callable[[F32], F32]:
-    """Evaluate in float64 and round once to float32: the reference for ScalarE's function units."""
+    """Evaluate in float64 and round once to float32: the reference for ScalarE's function units. A ufunc is
+    evaluated in place on the widened copy (the same values, one float64 temporary fewer)."""
     def apply(x: F32) -> F32:
+        wide = np.asarray(x, dtype=np.float64)
         with np.errstate(all="ignore"):
-            return np.asarray(fn(x.astype(np.float64)), dtype=np.float32)
+            if isinstance(fn, np.ufunc):
+                wide = fn(wide, out=wide if wide is not x else None)
+            else:
+                wide = fn(wide)
+            return np.asarray(wide, dtype=np.float32)
     return apply
 
 

@@ -116,8 +116,10 @@ def affine_select(ctx: Context, ins: AffineSelect) -> None:
 @semantics(Activation)
 def activation(ctx: Context, ins: Activation) -> None:
     with np.errstate(all="ignore"):
-        pre = (ctx.read32(ins.src) * scalar(ctx, ins.scale)).astype(np.float32) + scalar(ctx, ins.bias)
-        y = ACTIVATIONS[ins.func](pre.astype(np.float32))
+        pre = ctx.read32(ins.src)  # a new fp32 array: in*scale + bias in place, each step rounded to fp32
+        np.multiply(pre, scalar(ctx, ins.scale), out=pre)
+        np.add(pre, scalar(ctx, ins.bias), out=pre)
+        y = ACTIVATIONS[ins.func](pre)
         ctx.write(ins.dst, y)
         if ins.accumulate is not None:
             red = REDUCE_OPS[ins.reduce_op].ufunc.reduce(y, axis=1, dtype=np.float32)
@@ -127,8 +129,10 @@ def activation(ctx: Context, ins: Activation) -> None:
 @semantics(TensorReduce)
 def tensor_reduce(ctx: Context, ins: TensorReduce) -> None:
     op = REDUCE_OPS[ins.op]
-    x = ctx.read(ins.src)
-    data = x.astype(np.int64) if op.kind == "bitwise" else x.astype(np.float32)
+    if op.kind == "bitwise":
+        data = ctx.read(ins.src).astype(np.int64)
+    else:  # fp32 values (read32: the fp32 decode directly, not through float64), shaped as the pattern
+        data = ctx.read32(ins.src).reshape(ins.src.shape)
     with np.errstate(all="ignore"):
         r = op.ufunc.reduce(data, axis=tuple(a + 1 for a in ins.axes))
     ctx.write(ins.dst, -r if ins.negate else r)
