@@ -110,12 +110,9 @@ def _act(fn: Callable[[NDArray[np.float64]], Any]) -> Callable[[F32], F32]:
     """Evaluate in float64 and round once to float32: the reference for ScalarE's function units. A ufunc is
     evaluated in place on the widened copy (the same values, one float64 temporary fewer)."""
     def apply(x: F32) -> F32:
-        wide = np.asarray(x, dtype=np.float64)
+        wide = np.array(x, dtype=np.float64)  # a copy, which a ufunc overwrites
         with np.errstate(all="ignore"):
-            if isinstance(fn, np.ufunc):
-                wide = fn(wide, out=wide if wide is not x else None)
-            else:
-                wide = fn(wide)
+            wide = fn(wide, out=wide) if isinstance(fn, np.ufunc) else fn(wide)
             return np.asarray(wide, dtype=np.float32)
     return apply
 

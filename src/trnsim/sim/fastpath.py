@@ -202,8 +202,8 @@ def copy_view(dst: NDArray[Any], src: NDArray[Any]) -> None:
     whose source rows stay in cache and TLB, into a contiguous buffer, then to ``dst`` row by row (SBUF rows
     are a power of two apart and would share cache sets: writing the blocks straight into SBUF is ~30% slower
     inside a run). Overlapping views, and copies of at most ``COPY_BLOCKED_BYTES``, are never blocked."""
-    if (dst.ndim == 2 and dst.shape[1] > COPY_COLUMNS and dst.nbytes > COPY_BLOCKED_BYTES and abs(src.strides[1]) > 8 * max(abs(src.strides[0]), 1)
-            and not np.may_share_memory(dst, src)):
+    if (dst.ndim == 2 and dst.shape[1] > COPY_COLUMNS and dst.nbytes > COPY_BLOCKED_BYTES
+            and abs(src.strides[1]) > 8 * max(abs(src.strides[0]), 1) and not np.may_share_memory(dst, src)):
         if _transpose_words(dst, src):
             return
         tmp = np.empty(dst.shape, dtype=dst.dtype)

@@ -129,10 +129,8 @@ def activation(ctx: Context, ins: Activation) -> None:
 @semantics(TensorReduce)
 def tensor_reduce(ctx: Context, ins: TensorReduce) -> None:
     op = REDUCE_OPS[ins.op]
-    if op.kind == "bitwise":
-        data = ctx.read(ins.src).astype(np.int64)
-    else:  # fp32 values (read32: the fp32 decode directly, not through float64), shaped as the pattern
-        data = ctx.read32(ins.src).reshape(ins.src.shape)
+    # fp32 values are read32's (the fp32 decode directly, not through float64), shaped as the pattern
+    data = ctx.read(ins.src).astype(np.int64) if op.kind == "bitwise" else ctx.read32(ins.src).reshape(ins.src.shape)
     with np.errstate(all="ignore"):
         r = op.ufunc.reduce(data, axis=tuple(a + 1 for a in ins.axes))
     ctx.write(ins.dst, -r if ins.negate else r)
