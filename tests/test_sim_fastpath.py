@@ -21,8 +21,9 @@ from trnsim import dsl, kernels
 from trnsim.errors import SimError
 from trnsim.isa import DmaCopy, Matmul, ProgramBuilder, tile
 from trnsim.isa.ap import AccessPattern, transposed
-from trnsim.isa.elementwise import Memset, TensorCopy
+from trnsim.isa.elementwise import Activation, Memset, TensorCopy, TensorScalar, TensorTensor
 from trnsim.isa.program import Program
+from trnsim.isa.reduction import TensorReduce
 from trnsim.sim import fastpath
 from trnsim.sim.device import Device
 from trnsim.sim.harness import tile_program
@@ -309,6 +310,35 @@ def test_tensor_copies_fast_equals_plain_bit_for_bit() -> None:
     assert np.array_equal(runs[0]["f"].view(np.uint32), codes)
     for name in ("r", "h", "s", "i"):
         assert np.array_equal(runs[0][name].view(np.uint32), runs[0]["r"].view(np.uint32)), name
+
+
+def test_engine_ops_fast_equal_plain_bit_for_bit() -> None:
+    """Engine ops reading fp32 in place (``Context.peek32``) and rounding into bf16 or storing into fp32
+    memory directly (``Context.write``'s fast path) leave what the plain path does: an activation with a
+    per-partition bias and an accumulate, a two-op tensor_scalar with a reversed operand, reductions, a
+    tensor_tensor, one op onto its own source bytes; over every fp32 code kind (NaN payloads, infinities,
+    subnormals, ties)."""
+    codes = np.random.default_rng(11).integers(0, 2**32, (128, 64), dtype=np.uint64).astype(np.uint32)
+    codes[:, :12] = [0x7F800001, 0xFF800001, 0x7FC00000, 0xFFFFFFFF, 0x7F7FFFFF, 0x3F808000, 0x3F818000,
+                     0x00000001, 0x80008000, 0x7F800000, 0x7FFF8000, 0x477FF000]
+    x = tile("sbuf", "fp32", (128, 64), offset=0)
+    y = tile("sbuf", "fp32", (128, 64), offset=256)
+    col = tile("sbuf", "fp32", (128, 1), offset=512)
+    outs = {"a": tile("sbuf", "bf16", (128, 64), offset=1024), "s": tile("sbuf", "fp32", (128, 1), offset=1280),
+            "t": tile("sbuf", "bf16", (128, 64), offset=1536), "m": tile("sbuf", "fp32", (128, 1), offset=1792),
+            "r": tile("sbuf", "bf16", (128, 1), offset=2048), "u": tile("sbuf", "fp32", (128, 64), offset=2304),
+            "e": tile("sbuf", "fp32", (128, 64), offset=2560)}
+    compute = [("vector", TensorReduce(col, y, "max", axes=(0,))),
+               ("scalar", Activation(outs["a"], x, "exp", scale=0.125, bias=col, accumulate=outs["s"])),
+               ("vector", TensorScalar(outs["t"], x, "mul", col, "sub", 3.0, reverse1=True)),
+               ("vector", TensorReduce(outs["m"], x, "add", axes=(0,))),
+               ("vector", TensorReduce(outs["r"], x, "max", axes=(0,), negate=True)),
+               ("vector", TensorTensor(outs["u"], x, y, "add")),
+               ("scalar", Activation(outs["e"], y, "tanh")),
+               ("vector", TensorScalar(y, y, "mul", 0.5))]  # onto its own source: the plain write
+    program = tile_program(compute, {"x": x, "y": y}, {**outs, "y": y})
+    feed = {"x": codes.view(np.float32), "y": np.random.default_rng(12).standard_normal((128, 64), dtype=np.float32)}
+    assert_same(both(program, feed))
 
 
 # ---------------------------------------------------------------- access patterns' cached values

@@ -118,6 +118,16 @@ class Context:
         """Values as an engine sees them: fp32, flattened to ``[partitions, free_size]``."""
         return decode_raw32(self._readable(ap), ap.dtype).reshape(ap.partitions, ap.free_size)  # a new array
 
+    def peek32(self, ap: AccessPattern) -> NDArray[np.float32]:
+        """``read32(ap)`` for an input that is only read: on the fast path an fp32 pattern's codes viewed as
+        fp32, without the copy (read-only; valid until the next store, so the caller computes its result from
+        it before writing). Any other dtype, or the plain path, is ``read32``'s new array."""
+        if self.operands is None or ap.dtype != "fp32":
+            return self.read32(ap)
+        view = self._readable(ap).view(np.float32).reshape(ap.partitions, ap.free_size)
+        view.flags.writeable = False
+        return view
+
     def operand32(self, ap: AccessPattern) -> NDArray[np.float32]:
         """``read32`` of an operand that is typically read again unchanged (TensorE's: a stationary across
         moving tiles, a resident moving panel across row blocks). Read-only: SBUF operands may come from the
@@ -193,6 +203,20 @@ class Context:
         self.scratch.release()  # nothing refers to scratch any more
 
     def write(self, ap: AccessPattern, values: NDArray[Any]) -> None:
-        """Round ``values`` (any shape with ``ap.size`` elements) to ``ap.dtype`` and store them."""
+        """Round ``values`` (any shape with ``ap.size`` elements) to ``ap.dtype`` and store them. The fast path
+        rounds fp32 values into a bf16 pattern's memory with RNE (``values.bf16_round_into``) or stores them
+        into an fp32 one as they are (their bits are the codes), without the codes array and its copy."""
+        values = np.asarray(values)
+        if self.operands is not None and self.rounding == "rne" and values.dtype == np.float32 and \
+                ap.dtype in ("bf16", "fp32") and values.size == ap.size:
+            _, reg = self.region(ap)
+            view = reg.view(ap)
+            if not np.may_share_memory(view, values):
+                if ap.dtype == "bf16":
+                    bf16_round_into(values.reshape(ap.shape), view)
+                else:
+                    view.view(np.float32)[...] = values.reshape(ap.shape)
+                self._mark_written(ap, reg)
+                return
         rng = self.rng if self.rounding == "stochastic" else None
-        self.write_raw(ap, encode_values(np.asarray(values).reshape(ap.shape), ap.dtype, self.rounding, rng))
+        self.write_raw(ap, encode_values(values.reshape(ap.shape), ap.dtype, self.rounding, rng))

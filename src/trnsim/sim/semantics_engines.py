@@ -42,10 +42,10 @@ from trnsim.sim.semantics import semantics
 
 
 def operand(ctx: Context, ap: AccessPattern, bitwise: bool) -> NDArray[Any]:
-    """An ALU input: fp32 values, or exact int64 for bitwise ops."""
+    """An ALU input: fp32 values (read-only: ``Context.peek32``), or exact int64 for bitwise ops."""
     if bitwise:
         return ctx.read(ap).astype(np.int64).reshape(ap.partitions, ap.free_size)
-    return ctx.read32(ap)
+    return ctx.peek32(ap)
 
 
 def scalar(ctx: Context, s: Scalar, bitwise: bool = False) -> NDArray[Any]:
@@ -116,10 +116,9 @@ def affine_select(ctx: Context, ins: AffineSelect) -> None:
 @semantics(Activation)
 def activation(ctx: Context, ins: Activation) -> None:
     with np.errstate(all="ignore"):
-        pre = ctx.read32(ins.src)  # a new fp32 array: in*scale + bias in place, each step rounded to fp32
-        np.multiply(pre, scalar(ctx, ins.scale), out=pre)
-        np.add(pre, scalar(ctx, ins.bias), out=pre)
-        y = ACTIVATIONS[ins.func](pre)
+        y = np.multiply(ctx.peek32(ins.src), scalar(ctx, ins.scale), dtype=np.float32)  # then in place:
+        np.add(y, scalar(ctx, ins.bias), out=y)  # + bias and func, each step rounded to fp32
+        ACTIVATIONS[ins.func](y, out=y)
         ctx.write(ins.dst, y)
         if ins.accumulate is not None:
             red = REDUCE_OPS[ins.reduce_op].ufunc.reduce(y, axis=1, dtype=np.float32)
@@ -129,8 +128,8 @@ def activation(ctx: Context, ins: Activation) -> None:
 @semantics(TensorReduce)
 def tensor_reduce(ctx: Context, ins: TensorReduce) -> None:
     op = REDUCE_OPS[ins.op]
-    # fp32 values are read32's (the fp32 decode directly, not through float64), shaped as the pattern
-    data = ctx.read(ins.src).astype(np.int64) if op.kind == "bitwise" else ctx.read32(ins.src).reshape(ins.src.shape)
+    # fp32 values are peek32's (the fp32 decode directly, not through float64), shaped as the pattern
+    data = ctx.read(ins.src).astype(np.int64) if op.kind == "bitwise" else ctx.peek32(ins.src).reshape(ins.src.shape)
     with np.errstate(all="ignore"):
         r = op.ufunc.reduce(data, axis=tuple(a + 1 for a in ins.axes))
     ctx.write(ins.dst, -r if ins.negate else r)
