@@ -491,22 +491,30 @@ def test_dynamic_slices_gather_rows_at_clamped_offsets_exactly(shape: list[int],
     np.testing.assert_array_equal(np.asarray(got).reshape(want.shape), want)
 
 
-def test_a_jitted_dynamic_slice_is_a_gather_kernel_and_a_dynamic_update_slice_stays_analytic() -> None:
-    """An indirect DMA reads rows at offsets that are data; the ISA has no indirect *write* (only a
-    scatter-add), so a dynamic_update_slice keeps the analytic cost."""
+def test_a_jitted_dynamic_slice_is_a_gather_kernel_and_a_dynamic_update_slice_a_scatter_kernel() -> None:
+    """An indirect DMA reads rows at offsets that are data; a dynamic_update_slice copies the operand and
+    writes the update's rows with indirect DMAs (``DmaScatter``) at such offsets."""
     def fn(x: Any, u: Any, i: Any) -> Any:
         return jax.lax.dynamic_slice(x, (i, 3), (100, 60)), jax.lax.dynamic_update_slice(x, u, (i, 0))
 
     x, u = np.arange(300 * 64, dtype=np.float32).reshape(300, 64), np.ones((2, 64), np.float32)
     program = trnsim.compile(jax.jit(fn).lower(x, u, np.int32(0)), cache=False)
     kernels = {s.ops[0]: s.kernel for s in program.plan.steps if s.ops[0].startswith("dynamic")}
-    assert kernels == {"dynamic_slice": "generated_dma", "dynamic_update_slice": "dma_copy"}
-    step = next(s for s in program.plan.steps if s.ops == ["dynamic_slice"])
-    layout = dmagen.layout_for(program.graph.nodes[step.nodes[0]])
-    assert layout is not None and layout.start == (-1, 3) and step.seconds == dmagen.layout_time("trn3", layout).seconds
+    assert kernels == {"dynamic_slice": "generated_dma", "dynamic_update_slice": "generated_dma"}
+    for op, start in (("dynamic_slice", (-1, 3)), ("dynamic_update_slice", (-1, 0))):
+        step = next(s for s in program.plan.steps if s.ops == [op])
+        layout = dmagen.layout_for(program.graph.nodes[step.nodes[0]])
+        assert layout is not None and layout.start == start
+        assert step.seconds == dmagen.layout_time("trn3", layout).seconds
     for i in (0, 150, 290, -5):
         got, want = trnsim.jit(fn)(x, u, np.int32(i)), fn(x, u, np.int32(i))
         assert all(np.array_equal(np.asarray(g), np.asarray(w)) for g, w in zip(got, want, strict=True))
+    step = next(s for s in program.plan.steps if s.ops == ["dynamic_update_slice"])
+    layout = dmagen.layout_for(program.graph.nodes[step.nodes[0]])
+    assert layout is not None
+    for i in (0, 150, 299, 1000):        # the kernel against XLA's own clamping (jax on CPU)
+        got = _update(layout, x, u, [np.int32(i)], "int32")
+        np.testing.assert_array_equal(got, np.asarray(jax.lax.dynamic_update_slice(x, u, (np.int32(i), 0))))
 
 
 def test_gather_tiles_run_along_the_last_dim_the_slice_takes_several_indices_of() -> None:
@@ -525,3 +533,139 @@ def test_a_large_fill_region_goes_round_the_queues() -> None:
     queues = {ins.queue for ins in program.streams["sync"]}   # type: ignore[attr-defined]
     assert len(queues) == dmagen.QUEUES
     assert dmagen.layout_time("trn3", layout).seconds < 20e-6
+
+
+# ---- dynamic update slices: the operand copied, the update's rows scattered at offsets that are data ------
+
+def _update(layout: dmagen.Layout, x: np.ndarray, u: np.ndarray, starts: list[Any], index_dtype: str,
+            dtype: str | None = None) -> np.ndarray:
+    """The generated dynamic update slice run on the functional simulator: the result in ``x``'s dtype."""
+    dtype = dtype or layout.dtype
+    kernel = dmagen._kernel()  # pyright: ignore[reportPrivateUsage]
+    values = [dsl.typed(np.asarray([s]), index_dtype) for s in starts]
+    plan = dmagen.ScatterPlan.of(layout)
+    a, b = (x.reshape(plan.table), u.reshape(plan.update)) if starts else (x, u)
+    got = np.asarray(trnsim.run_kernel(kernel, dsl.typed(a, dtype), dsl.typed(b, dtype), *values,
+                                       layout=layout).outputs[0])
+    if dtype == "bf16":           # outputs come back as fp32: a bf16 code is the upper half of its fp32
+        return (got.astype(np.float32).view(np.uint32) >> 16).astype(np.uint16).view(x.dtype).reshape(x.shape)
+    return got.astype(x.dtype).reshape(x.shape)
+
+
+def _dus_values(dtype: str, shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
+    """Every code of the dtype likely: random bits (NaNs with payloads, -0.0, infinities included)."""
+    import ml_dtypes
+
+    n = int(np.prod(shape))
+    if dtype == "bool":
+        return (rng.random(n) < 0.5).reshape(shape)
+    kind: Any = {"fp32": np.float32, "bf16": ml_dtypes.bfloat16, "int32": np.int32, "int8": np.int8}[dtype]
+    size = np.dtype(kind).itemsize
+    return rng.integers(0, 256, n * size, dtype=np.uint8).view(kind).reshape(shape)
+
+
+@settings(max_examples=40, deadline=None)
+@given(shape=st.lists(st.sampled_from([1, 2, 3, 5, 130, 200]), min_size=1, max_size=3), data=st.data(),
+       dtype=st.sampled_from(["fp32", "bf16", "int32", "int8", "bool"]),
+       index_dtype=st.sampled_from(["int32", "uint8", "int16"]))
+def test_dynamic_update_slices_scatter_rows_at_clamped_offsets_bit_for_bit(
+        shape: list[int], data: st.DataObject, dtype: str, index_dtype: str) -> None:
+    """Any rank, any axis, shapes not multiples of 128, starts far outside ``[0, n - size]`` (StableHLO clamps
+    each into it): the generated kernel's result is the operand with the update at the clamped starts, bit
+    for bit (bools as bytes)."""
+    assume(int(np.prod(shape)) <= 40_000)
+    sizes = tuple(data.draw(st.integers(1, n)) for n in shape)
+    low = 0 if index_dtype == "uint8" else -300
+    starts = [data.draw(st.integers(low, 255)) for _ in shape]
+    constant = [data.draw(st.booleans()) for _ in shape]
+    rng = np.random.default_rng(len(shape) * 1000 + sum(sizes))
+    x, u = _dus_values(dtype, tuple(shape), rng), _dus_values(dtype, sizes, rng)
+    layout_dtype = "uint8" if dtype == "bool" else dtype
+    start = tuple(min(max(s, 0), n - z) if c else -1 for s, c, n, z in zip(starts, constant, shape, sizes, strict=True))
+    data_starts = [s for s, c in zip(starts, constant, strict=True) if not c]
+    layout = dmagen.Layout("dynamic_update_slice", tuple(shape), layout_dtype, start=start, sizes=sizes,
+                           others=((1,),) * len(data_starts), index_dtype=index_dtype if data_starts else "")
+    raw = (lambda a: a.astype(np.uint8)) if dtype == "bool" else (lambda a: a)
+    got = _update(layout, raw(x), raw(u), data_starts, index_dtype)
+    begin = [min(max(s, 0), n - z) for s, n, z in zip(starts, shape, sizes, strict=True)]
+    want = raw(x).copy()
+    want[tuple(slice(b, b + z) for b, z in zip(begin, sizes, strict=True))] = raw(u)
+    assert np.array_equal(got.view(np.uint8), want.view(np.uint8))
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16", "i32", "i8", "i1"])
+def test_jitted_dynamic_update_slices_on_every_axis_are_scatter_kernels_that_match_the_interpreter(dtype: str) -> None:
+    """``x.at[i, :, j].set(u)``-style updates of a [130, 3, 129] tensor on each axis and all of them: generated
+    DMA kernels whose result, run on the functional simulator, is the StableHLO interpreter's bit for bit."""
+    rng = np.random.default_rng(7)
+    kinds = {"f32": "fp32", "bf16": "bf16", "i32": "int32", "i8": "int8", "i1": "bool"}
+    x = _dus_values(kinds[dtype], (130, 3, 129), rng)
+    for sizes in ((1, 3, 129), (130, 2, 129), (130, 3, 5), (7, 1, 100)):
+        u = _dus_values(kinds[dtype], sizes, rng)
+
+        def fn(a: Any, b: Any, i: Any, j: Any, k: Any) -> Any:
+            return jax.lax.dynamic_update_slice(a, b, (i, j, k))
+
+        starts = [np.int32(v) for v in (129, -2, 77)]
+        program = trnsim.compile(jax.jit(fn).lower(x, u, *starts), cache=False)
+        (step,) = [s for s in program.plan.steps if s.ops == ["dynamic_update_slice"]]
+        assert step.kernel == "generated_dma"
+        node = program.graph.nodes[step.nodes[0]]
+        layout = dmagen.layout_for(node)
+        assert layout is not None
+        seen = [int(v) + n if v < 0 else int(v) for v, n in zip(starts, x.shape, strict=True)]  # jax wraps
+        data = [v for v, c in zip(seen, layout.start, strict=True) if c < 0]
+        raw = (lambda a: a.astype(np.uint8)) if dtype == "i1" else (lambda a: a)
+        got = _update(layout, raw(x), raw(u), data, "int32")
+        want = raw(np.asarray(program.run(x, u, *starts, timing=False)[0]))       # the StableHLO interpreter
+        assert np.array_equal(got.view(np.uint8), want.view(np.uint8))
+
+
+def test_a_constant_start_dynamic_update_slice_is_two_copies_and_64_bit_starts_keep_the_analytic_cost() -> None:
+    """Constant starts: the operand and then the update into its box, no indirect DMA. Starts of a type the
+    address computation does not take (i64) keep the analytic cost, counted in ``dma_fallbacks``."""
+    x, u = np.arange(40 * 6, dtype=np.float32).reshape(40, 6), -np.ones((3, 2), np.float32)
+    program = _program(lambda a: jax.lax.dynamic_update_slice(a, u, (38, 1)), x)
+    (step,) = [s for s in program.plan.steps if s.ops == ["dynamic_update_slice"]]
+    layout = dmagen.layout_for(program.graph.nodes[step.nodes[0]])
+    assert step.kernel == "generated_dma" and layout is not None and layout.start == (37, 1) and not layout.others
+    kernel = dmagen._kernel()  # pyright: ignore[reportPrivateUsage]
+    compiled = kernel.compile_specs([((40, 6), "fp32"), ((3, 2), "fp32")], "trn3", {"layout": layout})
+    assert {i.mnemonic for i in compiled.program.streams["sync"]} == {"dma_copy"}
+    want = x.copy()
+    want[37:40, 1:3] = u
+    np.testing.assert_array_equal(trnsim.run_kernel(kernel, x, u, layout=layout).outputs[0], want)
+    text = """func.func @main(%x: tensor<5x3xf32>, %u: tensor<2x3xf32>, %i: tensor<i64>) -> tensor<5x3xf32> {
+      %c = stablehlo.constant dense<0> : tensor<i64>
+      %r = stablehlo.dynamic_update_slice %x, %u, %i, %c
+        : (tensor<5x3xf32>, tensor<2x3xf32>, tensor<i64>, tensor<i64>) -> tensor<5x3xf32>
+      return %r : tensor<5x3xf32>
+    }"""
+    program = trnsim.compile(text, cache=False)
+    (step,) = [s for s in program.plan.steps if s.ops == ["dynamic_update_slice"]]
+    assert step.kernel == "dma_copy"
+    stats = {k: v for r in program.passes for k, v in r.stats.items()}
+    assert stats["dma_fallbacks"] == 1
+
+
+def test_scatter_tiles_write_views_of_the_rows_they_can_reach() -> None:
+    """A KV-cache update ``cache[:, :, t] = new`` of a [4, 8, 64, 32] cache: one scatter of 8 rows per batch
+    index, each into its own 512-row view of the [2048, 32] table (disjoint views: the scatters overlap)."""
+    layout = dmagen.Layout("dynamic_update_slice", (4, 8, 64, 32), "bf16", start=(0, 0, -1, 0),
+                           sizes=(4, 8, 1, 32), others=((1,),), index_dtype="int32")
+    plan = dmagen.ScatterPlan.of(layout)
+    assert plan.table == (2048, 32) and plan.update == (32, 32) and plan.step == 64 and plan.reach == 63
+    assert plan.tiles == tuple((8 * b, 8, 512 * b) for b in range(4)) and plan.span(8) == 512
+    kernel = dmagen._kernel()  # pyright: ignore[reportPrivateUsage]
+    specs = [(t.shape, t.dtype) for t in dmagen.layout_specs(layout)]
+    program = kernel.compile_specs(specs, "trn3", {"layout": layout}).program
+    seen: dict[str, int] = {}
+    scatters: list[tuple[str, int, Any]] = []     # (domain, index in it, instruction)
+    for ins in program.streams["sync"]:
+        domain = f"dma{ins.queue}"  # type: ignore[attr-defined]
+        if ins.mnemonic == "dma_scatter":
+            scatters.append((domain, seen.get(domain, 0), ins))
+        seen[domain] = seen.get(domain, 0) + 1
+    assert len(scatters) == 4
+    for _, _, ins in scatters:       # no scatter waits for another one
+        assert not any(d == domain and n > k for d, n in ins.wait for domain, k, _ in scatters)

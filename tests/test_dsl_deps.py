@@ -203,3 +203,34 @@ def test_programs_give_the_same_result_in_every_engine_order(ops: tuple[tuple[ob
     for r in results[1:]:
         np.testing.assert_array_equal(r, results[0])
     np.testing.assert_allclose(results[0], random_kernel.ref, rtol=1e-5)  # type: ignore[attr-defined]
+
+
+def test_a_scatter_into_an_hbm_tensor_waits_for_the_dma_that_filled_it_and_its_reader_waits_for_it() -> None:
+    """``dsl.dma_scatter`` writes rows that are data: it is ordered after the copy (another queue) that
+    filled the table, and the load that reads the table back after it, in the timeline too."""
+    @trnsim.kernel
+    def k(x, rows, ids):
+        out = dsl.hbm_tensor(x.shape, x.dtype)
+        dsl.dma_copy(out, x, queue=0)
+        dsl.dma_scatter(out, dsl.load(rows, queue=1), dsl.load(ids, queue=2), queue=3)
+        back = dsl.load(out[0:8], queue=4)
+        res = dsl.hbm_tensor((8, F), "fp32")
+        dsl.store(res, dsl.multiply(back, 2.0), queue=5)
+        return out, res
+
+    x = np.arange(16 * F, dtype=np.float32).reshape(16, F)
+    rows = -np.ones((3, F), np.float32) * np.arange(1, 4, dtype=np.float32)[:, None]
+    ids = np.array([[5], [15], [5]], np.int32)
+    result = trnsim.run_kernel(k, x, rows, ids, timing=True)
+    want = x.copy()
+    want[15], want[5] = rows[1], rows[2]          # index 5 twice: the last partition's row
+    assert np.array_equal(result.outputs[0], want) and np.array_equal(result.outputs[1], 2 * want[:8])
+    sync = result.program.stream("sync")
+    scatter = next(i for i in sync if i.mnemonic == "dma_scatter")
+    reader = sync[sync.index(scatter) + 1]
+    assert ("dma0", 1) in scatter.wait and ("dma3", 1) in reader.wait
+    tl = result.profile.timeline  # type: ignore[union-attr]
+    at = {tl.instruction[g].mnemonic + str(getattr(tl.instruction[g], "queue", "")): g
+          for g in range(len(tl.instruction))}
+    assert tl.start[at["dma_scatter3"]] >= tl.effect[at["dma_copy0"]]
+    assert tl.start[at["dma_copy4"]] >= tl.effect[at["dma_scatter3"]]

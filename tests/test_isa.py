@@ -13,6 +13,7 @@ from trnsim.isa import (
     AccessPattern,
     Activation,
     DmaCopy,
+    DmaScatter,
     Matmul,
     Memset,
     Nop,
@@ -181,6 +182,12 @@ def test_legal_matmul_passes() -> None:
         ("sync", DmaCopy(tile("sbuf", "fp32", (128, 65)), hbm("x", "fp32", (128, 64))), "sizes differ"),
         ("sync", DmaCopy(tile("sbuf", "fp32", (128, 64)), hbm("x", "fp32", (128, 64), offset=4)), "outside tensor x"),
         ("sync", DmaCopy(tile("sbuf", "fp32", (128, 64)), hbm("nope", "fp32", (128, 64))), "'nope' is not declared"),
+        ("sync", DmaScatter(hbm("x", "fp32", (128, 64)), tile("sbuf", "fp32", (4, 64)),
+                            tile("sbuf", "fp32", (4, 1), offset=512)), r"index is \(4, 1\) fp32"),
+        ("sync", DmaScatter(hbm("x", "fp32", (128, 64)), tile("sbuf", "fp32", (4, 64)),
+                            tile("sbuf", "int32", (8, 1), offset=512)), r"index is \(8, 1\) int32"),
+        ("sync", DmaScatter(hbm("x", "fp32", (128, 64)), tile("sbuf", "fp32", (4, 32)),
+                            tile("sbuf", "int32", (4, 1), offset=512)), "row sizes differ: table 64, tile 32"),
         ("vector", TensorTensor(*[tile("sbuf", "fp32", (4, 4))] * 3, op="xor"), "bitwise op xor on float"),
         ("vector", TensorScalar(tile("sbuf", "fp32", (4, 4)), tile("sbuf", "fp32", (4, 4)), "add",
                                 tile("sbuf", "fp32", (4, 2))), "per-partition scalar"),
@@ -244,3 +251,19 @@ def test_scalar_engine_maths_functions_verify_and_round_trip_the_text_form(func:
     p.verify(SPEC)
     with pytest.raises(VerifyError, match=r"(?s)unknown function 'atan2'.*use one of: .*arctan"):
         verify_one("scalar", Activation(dst, src, "atan2"))    # composed by the compiler, not a ScalarE function
+
+
+def test_dma_scatter_verifies_round_trips_the_text_form_and_names_its_operands() -> None:
+    """The indirect write: ``dst`` is the table (read by nothing), ``src`` the rows, ``index`` one int32 per row."""
+    table, rows, index = hbm("x", "fp32", (128, 64)), tile("sbuf", "fp32", (4, 64)), tile("sbuf", "int32", (4, 1),
+                                                                                          offset=512)
+    ins = DmaScatter(table, rows, index, queue=3, wait=(("ld", 1),), signal=("sc",))
+    b = ProgramBuilder()
+    b.tensor("x", (128, 64), "fp32", "input")
+    b.emit("vector", Nop(signal=("ld",)))
+    b.emit("sync", ins)
+    p = b.build()
+    assert "dma_scatter dst=hbm:x:fp32[0:128/64,+0,64x1] src=sbuf:fp32[0:4,+0,64x1]" in str(p)
+    assert parse(str(p)) == p
+    p.verify(SPEC)
+    assert ins.writes() == (table,) and set(ins.reads()) == {rows, index}

@@ -15,6 +15,7 @@ from trnsim.isa import (
     AccessPattern,
     DmaCopy,
     DmaGather,
+    DmaScatter,
     DmaScatterAdd,
     Matmul,
     Nop,
@@ -188,6 +189,48 @@ def test_gather_index_out_of_range_faults() -> None:
     bld.emit("sync", DmaCopy(si, ti.ap()), DmaGather(tile("sbuf", "fp32", (2, 6), offset=64), tt.ap(), si))
     with pytest.raises(SimError, match=r"sync\[1\] dma_gather.*index\[1\] = 10 is outside the table's 10 rows"):
         Device().run(bld.build(), {"table": np.zeros((10, 6)), "idx": [[1], [10]]})
+
+
+def _scatter(table: np.ndarray, rows: np.ndarray, idx: np.ndarray, dtype: str = "fp32",
+             table_dtype: str | None = None) -> np.ndarray:
+    """``DmaScatter`` of ``rows`` into a copy of ``table`` by ``idx`` on the device."""
+    n, w = table.shape
+    bld = ProgramBuilder()
+    tt = bld.tensor("table", (n, w), table_dtype or dtype)
+    ti, tr = bld.tensor("idx", (len(idx), 1), "int32"), bld.tensor("rows", rows.shape, dtype)
+    out = bld.tensor("out", (n, w), table_dtype or dtype, "output")
+    si, sr = tile("sbuf", "int32", (len(idx), 1)), tile("sbuf", dtype, rows.shape, offset=64)
+    bld.emit("sync", DmaCopy(si, ti.ap()), DmaCopy(sr, tr.ap()), DmaCopy(out.ap(), tt.ap()),
+             DmaScatter(out.ap(), sr, si))
+    return Device().run(bld.build(), {"table": table, "idx": idx.reshape(-1, 1), "rows": rows})["out"]
+
+
+def test_dma_scatter_writes_rows_in_partition_order_and_leaves_the_others() -> None:
+    """Repeated indices: the last partition's row wins, as a sequential DMA leaves it."""
+    table = RNG.standard_normal((10, 6)).astype(np.float32)
+    rows = RNG.standard_normal((4, 6)).astype(np.float32)
+    idx = np.array([3, 0, 3, 9], np.int32)
+    ref = table.copy()
+    for p, r in enumerate(idx):
+        ref[r] = rows[p]
+    got = _scatter(table, rows, idx)
+    assert np.array_equal(got, ref) and np.array_equal(got[3], rows[2])
+
+
+def test_dma_scatter_moves_bits_and_casts_between_dtypes() -> None:
+    """Same dtype: the bytes (a NaN payload survives); fp32 rows into a bf16 table: rounded (RNE)."""
+    payload = np.array([0x7FC01234, 0xFF800001, 0x00000001, 0x80000000], np.uint32).view(np.float32)
+    rows = np.tile(payload, (2, 1))
+    got = _scatter(np.zeros((3, 4), np.float32), rows, np.array([2, 0], np.int32))
+    assert np.array_equal(got.view(np.uint32)[[0, 2]], rows.view(np.uint32))
+    values = RNG.standard_normal((2, 4)).astype(np.float32)
+    got = _scatter(np.zeros((3, 4), np.float32), values, np.array([1, 2], np.int32), table_dtype="bf16")
+    assert np.array_equal(got[1:], bf16(values)) and not got[0].any()
+
+
+def test_scatter_index_out_of_range_faults() -> None:
+    with pytest.raises(SimError, match=r"sync\[3\] dma_scatter.*index\[1\] = -1 is outside the table's 10 rows"):
+        _scatter(np.zeros((10, 6), np.float32), np.zeros((2, 6), np.float32), np.array([4, -1], np.int32))
 
 
 # ---------------------------------------------------------------- order, semaphores, faults

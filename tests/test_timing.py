@@ -17,6 +17,7 @@ from trnsim.isa import (
     Activation,
     DmaCopy,
     DmaGather,
+    DmaScatter,
     DmaScatterAdd,
     Instruction,
     Matmul,
@@ -196,6 +197,9 @@ def test_gather_and_scatter_move_only_their_rows() -> None:
     assert gather.nbytes == gather.hbm_bytes == 128 * 256 * 4 and gather.descriptors == 128
     scatter = costs.dma_cost(DmaScatterAdd(table, rows, index), CORE)
     assert scatter.nbytes == 128 * 256 * 4 and scatter.hbm_bytes == 2 * scatter.nbytes  # read-add-write
+    write = costs.dma_cost(DmaScatter(table, rows, index, queue=5), CORE)
+    assert write.nbytes == write.hbm_bytes == 128 * 256 * 4 and write.descriptors == 128 and write.queue == 5
+    assert write.work == gather.work and CORE.dma.latency == write.latency   # a plain write: the gather's cost
 
 
 def test_dma_bound_program_takes_bytes_over_bandwidth() -> None:

@@ -18,8 +18,13 @@ simulator they move the data exactly (tested).
 
 A ``dynamic_slice`` whose start indices are data is a row gather (``GatherPlan``): the starts are DMA'd to
 the partitions, clamped and scaled into a table-row offset on VectorE, and indirect DMAs read the rows (whole
-contiguous runs of the slice) at that offset plus an iota. A ``dynamic_update_slice`` has no such form: the
-ISA's only indirect write is a scatter-*add*, so it keeps the analytic cost.
+contiguous runs of the slice) at that offset plus an iota. A ``dynamic_update_slice`` whose starts are data is
+its mirror (``ScatterPlan``): the operand is copied into the result over the queues, then indirect writes
+(``DmaScatter``: the software DGE's scatter, ``reference/neuron.md`` §1.2–1.4) put the update's rows at the
+clamped offset; with constant starts it is two copies, the operand and the update into its box. Either keeps
+the analytic cost (counted in ``dma_fallbacks``) only for dtypes the DMA does not move (64-bit, complex),
+start indices of a type the address computation does not take (64-bit), more data starts than the kernel has
+inputs, or a table of ``EXACT`` rows or more, or more than ``MAX_PICK_TILES`` scatters.
 
 Gathers and scatter-adds have two DMA forms. Row lookups of a ``[V, D]`` table and their gradient are the
 kernel library's embedding kernels (``Lookup``). One element per row along any axis (cross-entropy's
@@ -55,6 +60,7 @@ class Layout:
     """What a generated layout kernel does (hashable: kernels and their times are cached)."""
 
     op: str                                   # "transpose" | "slice" | "pad" | "concatenate" | "fill" | "reverse"
+                                              # | "dynamic_slice" | "dynamic_update_slice"
     shape: tuple[int, ...]                    # the input's shape
     dtype: str                                # DSL dtype
     perm: tuple[int, ...] = ()                # transpose
@@ -69,9 +75,10 @@ class Layout:
                                               # when the fill value is the kernel's second input (data)
     axis: int = 0
     dims: tuple[int, ...] = ()                # reverse: the reversed dimensions
-    sizes: tuple[int, ...] = ()               # dynamic_slice: the slice sizes; ``start`` holds each constant
-    index_dtype: str = ""                     # start (clamped), -1 where it is data: the inputs after x,
-                                              # ``others``, scalars of ``index_dtype``
+    sizes: tuple[int, ...] = ()               # dynamic_slice: the slice sizes (dynamic_update_slice: the update's);
+    index_dtype: str = ""                     # ``start`` holds each constant start (clamped), -1 where it is
+                                              # data: the inputs after x (and the update), ``others``, scalars
+                                              # of ``index_dtype``
 
 
 def layout_for(node: Node) -> Layout | None:
@@ -100,6 +107,8 @@ def layout_for(node: Node) -> Layout | None:
                       others=((1,),) if value is None else ())
     if node.op == "dynamic_slice":
         return _dynamic_slice_for(node)
+    if node.op == "dynamic_update_slice":
+        return _dynamic_update_slice_for(node)
     if node.op == "concatenate" and 1 < len(node.inputs) <= MAX_INPUTS and \
             all(v.type.dtype == x.dtype for v in node.inputs):
         return Layout("concatenate", x.shape, LAYOUT_DTYPE[x.dtype],
@@ -137,6 +146,32 @@ def _constant_int(value: Value) -> int | None:
     return int(node.attrs["value"].reshape(-1)[0])
 
 
+def _dynamic_update_slice_for(node: Node) -> Layout | None:
+    """A ``dynamic_update_slice`` as a copy of the operand and a scatter of the update's rows at the starts
+    that are data (``ScatterPlan``), or, with constant starts alone, a copy of the update into its box
+    (StableHLO clamps each start to ``[0, n - update size]``). None when the starts are not integers the
+    address computation takes, more than ``MAX_INPUTS - 2`` are data, or the scatter would need a table of
+    ``EXACT`` rows or more, or more than ``MAX_PICK_TILES`` DMAs."""
+    x, update, starts = node.inputs[0].type, node.inputs[1].type, node.inputs[2:]
+    if len(starts) != x.rank or any(v.type.dtype not in INDEX_DTYPES for v in starts) or update.dtype != x.dtype:
+        return None
+    dtype = LAYOUT_DTYPE[x.dtype]
+    if update.size == 0:     # the result is the operand
+        return Layout("slice", x.shape, dtype, start=(0,) * x.rank, limit=x.shape, stride=(1,) * x.rank)
+    sizes = update.shape
+    const = [_constant_int(v) for v in starts]
+    start = tuple(-1 if c is None else min(max(c, 0), n - z) for c, n, z in zip(const, x.shape, sizes, strict=True))
+    data = sum(c is None for c in const)
+    if data == 0:
+        return Layout("dynamic_update_slice", x.shape, dtype, start=start, sizes=sizes)
+    if data > MAX_INPUTS - 2:
+        return None
+    layout = Layout("dynamic_update_slice", x.shape, dtype, start=start, sizes=sizes, others=((1,),) * data,
+                    index_dtype=INDEX_DTYPES[starts[0].type.dtype])
+    plan = ScatterPlan.of(layout)
+    return layout if plan.table[0] < EXACT and len(plan.tiles) <= MAX_PICK_TILES else None
+
+
 @dataclass(frozen=True)
 class GatherPlan:
     """A dynamic slice as gathers of whole rows of ``x`` viewed as the table ``[prod(shape[:k+1]),
@@ -160,20 +195,60 @@ class GatherPlan:
 
     @staticmethod
     def of(layout: Layout) -> GatherPlan:
-        shape, sizes = layout.shape, layout.sizes
-        k = max(d for d in range(len(shape)) if sizes[d] < shape[d])
-        width = prod(shape[k + 1:])
-        strides = tuple(prod(shape[d + 1 : k + 1]) for d in range(k + 1))
-        fixed = sum(max(s, 0) * t for s, t in zip(layout.start, strides, strict=False))
-        per = GATHER_ROWS if width * get_dtype(layout.dtype).itemsize > SMALL_ROW else 128
-        m = max((d for d in range(k + 1) if sizes[d] > 1), default=k)   # the dim along the partitions
-        tiles: list[tuple[int, int, int]] = []
-        for outer in _indices(sizes[:m]):
-            row0 = sum(i * prod(sizes[d + 1 : k + 1]) for d, i in enumerate(outer))
-            base = fixed + sum(i * t for i, t in zip(outer, strides, strict=False))
-            tiles += [(row0 + c0, p, base + c0 * strides[m]) for c0, p in _blocks(sizes[m], per)]
-        return GatherPlan((prod(shape[: k + 1]), width), (prod(sizes[: k + 1]), width), strides, strides[m],
-                          tuple(tiles))
+        return GatherPlan(*_row_tiles(layout))
+
+
+RowTiles = tuple[tuple[int, int], tuple[int, int], tuple[int, ...], int, tuple[tuple[int, int, int], ...]]
+
+
+def _row_tiles(layout: Layout) -> RowTiles:
+    """``GatherPlan``'s fields for ``layout``'s shape, sizes and starts (shared with ``ScatterPlan``). When
+    the sizes cover every dim whole, ``k`` is 0 (each start then clamps to 0)."""
+    shape, sizes = layout.shape, layout.sizes
+    k = max((d for d in range(len(shape)) if sizes[d] < shape[d]), default=0)
+    width = prod(shape[k + 1:])
+    strides = tuple(prod(shape[d + 1 : k + 1]) for d in range(k + 1))
+    fixed = sum(max(s, 0) * t for s, t in zip(layout.start, strides, strict=False))
+    per = GATHER_ROWS if width * get_dtype(layout.dtype).itemsize > SMALL_ROW else 128
+    m = max((d for d in range(k + 1) if sizes[d] > 1), default=k)   # the dim along the partitions
+    tiles: list[tuple[int, int, int]] = []
+    for outer in _indices(sizes[:m]):
+        row0 = sum(i * prod(sizes[d + 1 : k + 1]) for d, i in enumerate(outer))
+        base = fixed + sum(i * t for i, t in zip(outer, strides, strict=False))
+        tiles += [(row0 + c0, p, base + c0 * strides[m]) for c0, p in _blocks(sizes[m], per)]
+    return (prod(shape[: k + 1]), width), (prod(sizes[: k + 1]), width), strides, strides[m], tuple(tiles)
+
+
+@dataclass(frozen=True)
+class ScatterPlan:
+    """A dynamic update slice as ``out = x`` (``x`` viewed as the same table as ``GatherPlan``'s, copied over
+    the queues) then scatters of whole rows of the update, ``[prod(sizes[:k+1]), row]``, into ``out``: update
+    row ``(i_0 .. i_k)`` lands on table row ``Σ_d (start_d + i_d) · T_d``, exactly the rows the dynamic slice
+    of the same starts and sizes reads; ``tiles`` are the gather's, with ``out`` for the update.
+
+    NOTE: each tile scatters into the view of ``out`` it can reach, ``reach + (p - 1) · step + 1`` rows from
+    its ``base`` (``reach``: the largest offset the data starts add, ``Σ (n_d - z_d) · T_d``), with indices
+    counted from that view's start: the DSL orders a write of data-dependent rows after every earlier access
+    of its view, so tiles whose views are disjoint (the batch rows of a KV-cache update) scatter in parallel
+    instead of one after another."""
+
+    table: tuple[int, int]
+    update: tuple[int, int]
+    row_strides: tuple[int, ...]
+    step: int
+    tiles: tuple[tuple[int, int, int], ...]
+    reach: int
+
+    @staticmethod
+    def of(layout: Layout) -> ScatterPlan:
+        table, update, strides, step, tiles = _row_tiles(layout)
+        reach = sum((n - z) * t for s, n, z, t in zip(layout.start, layout.shape, layout.sizes, strides, strict=False)
+                    if s < 0)
+        return ScatterPlan(table, update, strides, step, tiles, reach)
+
+    def span(self, p: int) -> int:
+        """Table rows a tile of ``p`` rows may write."""
+        return self.reach + (p - 1) * self.step + 1
 
 
 def _gather_slice(layout: Layout, table: Any, starts: list[Any]) -> Any:
@@ -213,6 +288,49 @@ def _gather_slice(layout: Layout, table: Any, starts: list[Any]) -> Any:
 
     for ((r0, p, _), c0, w), got in zip(work, prefetch([gather(item) for item in work], PICK_DEPTH), strict=True):
         dsl.store(out[r0 : r0 + p, c0 : c0 + w], got)
+    return out
+
+
+def _scatter_update(layout: Layout, x: Any, update: Any, starts: list[Any]) -> Any:
+    """``layout``'s dynamic update slice of ``x`` (``ScatterPlan``): ``x`` copied into the output over the
+    queues, then per tile the update's rows loaded (``PICK_DEPTH`` ahead) and written by one ``dma_scatter``
+    per block of columns at an iota of the tile's rows plus the offset of the starts that are data (clamped
+    and scaled on VectorE as ``_gather_slice`` does). With constant starts alone: the update copied into its
+    box of the output (``x`` and ``update`` then keep their shapes)."""
+    from trnsim import dsl
+    from trnsim.kernels.layout import prefetch
+
+    out = dsl.hbm_tensor(x.shape, x.dtype, name="out")
+    for q, (i0, i1) in enumerate(_chunks(x.shape[0])):
+        dsl.dma_copy(out[i0:i1], x[i0:i1], queue=q % QUEUES)
+    if not starts:
+        box = tuple(slice(s, s + z) for s, z in zip(layout.start, layout.sizes, strict=True))
+        for q, (i0, i1) in enumerate(_chunks(update.shape[0])):
+            dsl.dma_copy(out[box][i0:i1], update[i0:i1], queue=q % QUEUES)
+        return out
+    plan = ScatterPlan.of(layout)
+    offset = None
+    data = iter(starts)
+    for d, (s, n, z) in enumerate(zip(layout.start, layout.shape, layout.sizes, strict=True)):
+        start = next(data) if s < 0 else None
+        if start is None or d >= len(plan.row_strides):
+            continue            # a constant start (in the tiles' bases), or a whole dim's (clamped to 0)
+        one = dsl.sbuf((128, 1), layout.index_dtype)
+        dsl.load(one, start.broadcast_to((128, 1)))
+        clamped = dsl.tensor_scalar(one, "max", 0.0, "min", float(n - z), dtype="fp32")
+        offset = dsl.tensor_scalar(clamped, "mul", float(plan.row_strides[d]), "add",
+                                   0.0 if offset is None else offset, dtype="fp32")
+    rows = dsl.iota((128, 1), "fp32", channel_multiplier=plan.step)
+    index = dsl.tensor_scalar(rows, "add", 0.0 if offset is None else offset, dtype="int32")
+    work = [(tile, c0, w) for tile in plan.tiles for c0, w in _blocks(plan.table[1], FILL_COLS)]
+
+    def load(item: tuple[tuple[int, int, int], int, int]) -> Callable[[], Any]:
+        (r0, p, _), c0, w = item
+        return lambda: dsl.load(update[r0 : r0 + p, c0 : c0 + w])
+
+    for ((_, p, base), c0, w), rows_in in zip(work, prefetch([load(item) for item in work], PICK_DEPTH),
+                                               strict=True):
+        dsl.dma_scatter(out[base : base + plan.span(p), c0 : c0 + w], rows_in, index[:p])
     return out
 
 
@@ -282,6 +400,9 @@ def _kernel() -> Any:
             return out
         if layout.op == "dynamic_slice":
             return _gather_slice(layout, x, [v for v in (x1, x2, x3, x4, x5, x6, x7) if v is not None])
+        if layout.op == "dynamic_update_slice":
+            assert x1 is not None
+            return _scatter_update(layout, x, x1, [v for v in (x2, x3, x4, x5, x6, x7) if v is not None])
         if layout.op == "fill":
             out = dsl.hbm_tensor(layout.shape, x.dtype, name="out")
             _fill(out, _memset(dsl.sbuf((128, FILL_COLS), x.dtype), layout.value), copy)
@@ -479,12 +600,19 @@ def layout_time(target: str, layout: Layout) -> LayoutTime:
 
 def layout_specs(layout: Layout) -> list[Any]:
     """The layout kernel's arguments as shape descriptions: ``x`` (a dynamic slice's as its ``GatherPlan``
-    table), then ``others`` (of ``index_dtype`` when given)."""
+    table), a dynamic update slice's update (as the ``ScatterPlan``'s rows when a start is data), then
+    ``others`` (of ``index_dtype`` when given)."""
     import trnsim
 
-    shape = GatherPlan.of(layout).table if layout.op == "dynamic_slice" else layout.shape
     spec: Any = trnsim.TensorSpec
-    return [spec(shape, layout.dtype), *(spec(s, layout.index_dtype or layout.dtype) for s in layout.others)]
+    shape = GatherPlan.of(layout).table if layout.op == "dynamic_slice" else layout.shape
+    update: list[Any] = []
+    if layout.op == "dynamic_update_slice":
+        plan = ScatterPlan.of(layout)
+        shape, rows = (plan.table, plan.update) if layout.others else (layout.shape, layout.sizes)
+        update = [spec(rows, layout.dtype)]
+    return [spec(shape, layout.dtype), *update,
+            *(spec(s, layout.index_dtype or layout.dtype) for s in layout.others)]
 
 
 @lru_cache(maxsize=1024)

@@ -232,6 +232,8 @@ def plan_graph(graph: Graph, ctx: PassContext, machine: costs.Machine) -> Plan:
             rule = costs.SINGLE_RULES.get(kind, costs.elementwise_cost)
             rule(machine, head, cost)
             layout = dmagen.layout_for(head) if kind == "data" else None
+            if layout is None and head.op == "dynamic_update_slice":    # no ScatterPlan: the analytic cost
+                ctx.stats["dma_fallbacks"] = ctx.stats.get("dma_fallbacks", 0) + 1
             moved = _generated_layout(machine.target, layout, ctx) if layout is not None else None
             if moved is not None:
                 kernel_name = "generated_dma"

@@ -38,7 +38,8 @@ and ``bitcast`` give views; ops take views anywhere a tensor goes.
 Operations (names follow NKI where it has them):
 
 * data movement (``data``): ``load(view)`` / ``load(tile, view)``, ``store(view, tile)``, ``dma_copy``,
-  ``dma_gather(tile, table, index)`` / ``dma_scatter_add(table, tile, index)`` (indirect rows),
+  ``dma_gather(tile, table, index)`` / ``dma_scatter(table, tile, index)`` / ``dma_scatter_add(table, tile,
+  index)`` (indirect rows),
   ``copy(t, dtype=)`` (engine copy/cast, e.g. out of PSUM), ``memset``, ``release``;
 * TensorE (``tensor_engine``): ``matmul(acc, stationary, moving, accumulate=, stationary_scale=,
   moving_scale=, sparsity=, stationary_index=)``, ``transpose(t)``;
@@ -115,6 +116,7 @@ from trnsim.dsl.compute import where as where
 from trnsim.dsl.data import copy as copy
 from trnsim.dsl.data import dma_copy as dma_copy
 from trnsim.dsl.data import dma_gather as dma_gather
+from trnsim.dsl.data import dma_scatter as dma_scatter
 from trnsim.dsl.data import dma_scatter_add as dma_scatter_add
 from trnsim.dsl.data import full as full
 from trnsim.dsl.data import hbm_tensor as hbm_tensor

@@ -1,14 +1,15 @@
 """Tensors and data movement: HBM outputs and on-chip tiles, DMA load/store, copies and casts, memset, iota.
 
-DMAs (``load``, ``store``, ``dma_copy``, the indirect ``dma_gather`` and ``dma_scatter_add``) run on a DMA
-queue (round-robin unless ``queue=`` says which), issued from the ``sync`` engine, and cast when the two
-dtypes differ. ``copy`` is an engine copy/cast (VectorE by default): the way results leave PSUM.
+DMAs (``load``, ``store``, ``dma_copy``, the indirect ``dma_gather``, ``dma_scatter`` and ``dma_scatter_add``)
+run on a DMA queue (round-robin unless ``queue=`` says which), issued from the ``sync`` engine, and cast when
+the two dtypes differ. ``copy`` is an engine copy/cast (VectorE by default): the way results leave PSUM.
 
     t = load(x[0:128, :])                    # HBM → new SBUF tile of the view's shape and dtype
     load(t2, x[0:128, :].T)                  # into an existing tile, transposing on the way (DMA transpose)
     load(t3, x[0:128, :], split=4)           # as 4 DMAs of 32 partitions on 4 queues, in parallel
     store(out[0:128, :], t)                  # SBUF → HBM (a cast when the dtypes differ)
     dma_gather(rows, table, ids)             # rows[p, :] = table[ids[p], :] (an embedding lookup)
+    dma_scatter(table, rows, ids)            # table[ids[p], :] = rows[p, :] (a dynamic_update_slice's rows)
     acc = psum((128, 512)); s = copy(acc, dtype="bf16")
 """
 
@@ -21,7 +22,7 @@ from trnsim.dsl.errors import fail
 from trnsim.dsl.tensor import Memory, Tensor
 from trnsim.dsl.trace import current
 from trnsim.isa.base import Engine
-from trnsim.isa.dma import DmaCopy, DmaGather, DmaScatterAdd
+from trnsim.isa.dma import DmaCopy, DmaGather, DmaScatter, DmaScatterAdd
 from trnsim.isa.elementwise import Iota, Memset, TensorCopy
 
 
@@ -140,6 +141,22 @@ def dma_gather(dst: Tensor, table: Tensor, index: Tensor, *, queue: int | None =
     d, t, i = dst.ap(), table.ap(), index.ap()
     tr.emit("sync", lambda w, s: DmaGather(d, t, i, q, wait=w, signal=s), [table, index], [dst], domain=f"dma{q}")
     return dst
+
+
+def dma_scatter(table: Tensor, src: Tensor, index: Tensor, *, queue: int | None = None) -> Tensor:
+    """Indirect DMA: ``table[index[p], ...] = src[p, ...]`` for each partition ``p`` of ``src``, in partition
+    order (of repeated indices the last wins); rows the index does not name keep their contents, and an index
+    outside the table faults at run time. Returns ``table``.
+
+    NOTE: which rows are written is data, so the write counts as touching all of ``table``'s box: it waits
+    for every earlier access of the view on another queue or engine (the copy that filled the table), and
+    every later one waits for it. Scatters into disjoint views (another column block, another span of
+    rows) stay independent."""
+    tr = current()
+    q = tr.next_queue() if queue is None else queue
+    t, s_, i = table.ap(), src.ap(), index.ap()
+    tr.emit("sync", lambda w, s: DmaScatter(t, s_, i, q, wait=w, signal=s), [src, index], [table], domain=f"dma{q}")
+    return table
 
 
 def dma_scatter_add(table: Tensor, src: Tensor, index: Tensor, *, queue: int | None = None) -> None:

@@ -23,6 +23,7 @@ from trnsim.isa.base import Instruction as Instruction
 from trnsim.isa.base import Nop as Nop
 from trnsim.isa.dma import DmaCopy as DmaCopy
 from trnsim.isa.dma import DmaGather as DmaGather
+from trnsim.isa.dma import DmaScatter as DmaScatter
 from trnsim.isa.dma import DmaScatterAdd as DmaScatterAdd
 from trnsim.isa.dtypes import DTYPES as DTYPES
 from trnsim.isa.dtypes import DType as DType

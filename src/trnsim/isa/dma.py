@@ -1,8 +1,13 @@
-"""DMA instructions: copies between any two memories, with casts, and indirect gather / scatter-add.
+"""DMA instructions: copies between any two memories, with casts, and indirect gather / scatter / scatter-add.
 
 DMAs are *triggered* from an engine's instruction stream: any engine may issue one (``engines`` is all of
 them); by convention a program issues them from ``sync``, the sequencer-only engine, so compute streams are
 not held up. ``queue`` picks one of the core's DMA queues (``spec.core.dma.queues``), for the timing model.
+
+The indirect forms address whole rows of a table through a ``[P, 1]`` index tile: each transfer is a
+scatter-gather list of DMA buffers (``reference/neuron.md`` §1.2), whose descriptors the software DGE writes
+from the index (§1.3: the hardware DGE "does not support indirect gather/scatter"; §1.4: Trainium3 has
+indirect gather/scatter addressing).
 """
 
 from __future__ import annotations
@@ -41,6 +46,26 @@ class DmaGather(Instruction):
     """
 
     mnemonic = "dma_gather"
+
+    dst: AccessPattern
+    src: AccessPattern
+    index: AccessPattern
+    queue: int = 0
+
+
+@dataclass(frozen=True)
+class DmaScatter(Instruction):
+    """Indirect write: partition ``p`` of ``src`` goes to row ``index[p]`` of the table ``dst``.
+
+        for p in range(src.partitions):          # in order: of repeated indices, the last partition wins
+            r = index[p, 0]                      # an integer; out of [0, dst.partitions) is a fault
+            dst[r, ...] = cast(src[p, ...], dst.dtype)    # same dtype: the bytes, bit for bit
+    The mirror of ``DmaGather``: ``dst`` describes the whole table, ``index`` is ``[P, 1]`` int32/uint32 in
+    SBUF. Rows the index does not name keep their contents. This is how a ``dynamic_update_slice`` at
+    offsets that are data writes its rows (``compiler.dmagen.ScatterPlan``).
+    """
+
+    mnemonic = "dma_scatter"
 
     dst: AccessPattern
     src: AccessPattern

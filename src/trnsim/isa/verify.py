@@ -18,7 +18,7 @@ from typing import Any
 from trnsim.hw import ChipSpec
 from trnsim.isa.ap import AccessPattern
 from trnsim.isa.base import Instruction, Nop
-from trnsim.isa.dma import DmaCopy, DmaGather, DmaScatterAdd
+from trnsim.isa.dma import DmaCopy, DmaGather, DmaScatter, DmaScatterAdd
 from trnsim.isa.dtypes import DTYPES, VerifyError, get_dtype
 from trnsim.isa.elementwise import (
     Activation,
@@ -51,7 +51,7 @@ from trnsim.isa.tensor_engine import MX_BLOCK, SPARSE_PATTERNS, Matmul, TensorTr
 MAX_COUNT = 65535  # free-dimension sizes are uint16
 STRIDE_RANGE = (-32768, 32767)  # on-chip strides are int16
 FREE_MAX = {"sbuf": 65536, "psum": 4096}  # elements per partition an engine instruction may touch
-DMA_TYPES: tuple[type[Instruction], ...] = (DmaCopy, DmaGather, DmaScatterAdd, Nop)
+DMA_TYPES: tuple[type[Instruction], ...] = (DmaCopy, DmaGather, DmaScatter, DmaScatterAdd, Nop)
 
 
 class Issue(Exception):
@@ -200,7 +200,7 @@ def _transpose(ins: TensorTranspose, spec: ChipSpec) -> None:
             "dst is the transposed shape")
 
 
-def _gather(ins: DmaGather | DmaScatterAdd, spec: ChipSpec) -> None:
+def _gather(ins: DmaGather | DmaScatter | DmaScatterAdd, spec: ChipSpec) -> None:
     table, rows = (ins.src, ins.dst) if isinstance(ins, DmaGather) else (ins.dst, ins.src)
     require(ins.index.dtype in ("int32", "uint32") and ins.index.shape[0] == rows.partitions
             and ins.index.free_size == 1, f"index is {ins.index.shape} {ins.index.dtype}",
@@ -250,6 +250,7 @@ RULES: dict[type[Instruction], Rule] = {
     DmaCopy: lambda i, s: require(i.dst.size == i.src.size, f"dma_copy sizes differ: {i.dst.shape} vs "
                                   f"{i.src.shape}", "both patterns must hold the same number of elements"),
     DmaGather: _gather,
+    DmaScatter: _gather,
     DmaScatterAdd: _gather,
     TensorTensor: lambda i, s: (same_shape(i.dst, i.in0, "dst/in0"), same_shape(i.in0, i.in1, "in0/in1"),
                                 alu("tensor_tensor", i.op, i.in0, i.in1)),
@@ -311,7 +312,7 @@ def check_instruction(engine: str, ins: Instruction, program: Program, spec: Chi
             check_ap(name, ap, program, spec, engine_op)
             if passed is not None:
                 passed.add((ap, engine_op))
-    if isinstance(ins, DmaCopy | DmaGather | DmaScatterAdd):
+    if isinstance(ins, DmaCopy | DmaGather | DmaScatter | DmaScatterAdd):
         assert spec.core is not None
         require(0 <= ins.queue < spec.core.dma.queues, f"DMA queue {ins.queue}",
                 f"use a queue in 0..{spec.core.dma.queues - 1}")

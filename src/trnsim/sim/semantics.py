@@ -17,7 +17,7 @@ from numpy.typing import NDArray
 
 from trnsim.isa.ap import AccessPattern
 from trnsim.isa.base import Instruction, Nop
-from trnsim.isa.dma import DmaCopy, DmaGather, DmaScatterAdd
+from trnsim.isa.dma import DmaCopy, DmaGather, DmaScatter, DmaScatterAdd
 from trnsim.isa.tensor_engine import MX_BLOCK, SPARSE_PATTERNS, Matmul, TensorTranspose
 from trnsim.sim.context import Context
 from trnsim.sim.memory import Fault
@@ -66,6 +66,16 @@ def indices(ctx: Context, index: AccessPattern, rows: int) -> list[int]:
 def dma_gather(ctx: Context, ins: DmaGather) -> None:
     for p, r in enumerate(indices(ctx, ins.index, ins.src.partitions)):
         src, dst = row(ins.src, r), row(ins.dst, p)
+        if src.dtype == dst.dtype:
+            ctx.write_raw(dst, ctx.read_raw(src))
+        else:
+            ctx.write(dst, ctx.read(src))
+
+
+@semantics(DmaScatter)
+def dma_scatter(ctx: Context, ins: DmaScatter) -> None:
+    for p, r in enumerate(indices(ctx, ins.index, ins.dst.partitions)):  # in order: the last write wins
+        src, dst = row(ins.src, p), row(ins.dst, r)
         if src.dtype == dst.dtype:
             ctx.write_raw(dst, ctx.read_raw(src))
         else:

@@ -49,7 +49,7 @@ from trnsim.hw import ChipSpec
 from trnsim.hw.core import CoreSpec, EngineSpec
 from trnsim.isa.ap import AccessPattern
 from trnsim.isa.base import Instruction
-from trnsim.isa.dma import DmaCopy, DmaGather, DmaScatterAdd
+from trnsim.isa.dma import DmaCopy, DmaGather, DmaScatter, DmaScatterAdd
 from trnsim.isa.dtypes import DTYPES
 from trnsim.isa.elementwise import (
     Activation,
@@ -292,6 +292,7 @@ def _transposing(ap: AccessPattern) -> bool:
 DMA_SIDES: dict[type[Instruction], Callable[[Any], tuple[AccessPattern, AccessPattern, AccessPattern, bool, int]]] = {
     DmaCopy: lambda i: (i.src, i.dst, i.dst, False, 1),
     DmaGather: lambda i: (i.src, i.dst, i.dst, True, 1),  # src is the whole table: only dst's rows move
+    DmaScatter: lambda i: (i.src, i.dst, i.src, True, 1),  # dst is the whole table: only src's rows move
     DmaScatterAdd: lambda i: (i.src, i.dst, i.src, True, 2),  # read-add-write of table rows (neuron.md §1.4)
 }
 
