@@ -18,6 +18,13 @@ Values that are not the iteration space's size are *materialised* where they are
   ``tensor_scalar``; a value per row (a last-axis ``tensor_reduce``) is such a column too;
 - a tensor broadcast along the leading axes (a bias ``[C]``, a position table ``[T, C]`` over the batch) is
   loaded once as a ``[128, cols]`` tile (``128 / T`` DMAs) when its period divides a tile, else per tile;
+- a tensor broadcast along *middle* axes (an attention mask over heads ``[B, S] → [B, H, S]``, a GQA head repeat
+  ``[B, T, kv, d] → [B, T, kv, rep, d]``, a per-channel table over space ``[N, C] → [N, H, W, C]``), viewed
+  ``[outer, inner]`` with each row repeated ``R`` times, is loaded per tile by DMAs whose source repeats its rows
+  through a stride-0 dimension (``recipe.repeat_runs``: one per table row a tile holds, or per run of repeats);
+  a tile whose DMAs would be the last one's (a mask row over 128 rows or more) is reused. With the last axis
+  broadcast too (``[B, S] → [B, H, S, D]``) it is a column per tile the same way. Alone, such a broadcast is a
+  kernel of DMAs only;
 - an ``iota`` is GpSimd's ``iota`` of the flat element index, turned into the index along its axis by
   ``mod`` / ``sub`` / ``div`` (exact integers in fp32 below 2**24), and a compare/select of it a mask:
   causal and one-hot masks;
@@ -50,12 +57,13 @@ source larger than ``KEEP_BYTES`` falls back. Rows longer than ``MAX_ROW`` (a so
 run in column chunks (``chunked``): a reduction along them accumulates chunk by chunk into a column (a
 middle-axis one, in chunks of whole ``inner`` slices, into a ``[rows, inner]`` tile: a global average pooling),
 and the ops that read it run in a later pass over the tile's chunks, remaking the elementwise values they need;
-a leading-axis reduction takes the chunks as they come. Groups that fit none of this (reductions over two
-separate blocks of axes, a middle-axis reduction next to other ops along rows or with ``inner`` over
-``MAX_ROW``, leading-axis reductions with a period over 128 rows (a PSUM partition per result row) or sums that
-would fold onto more than 128 partitions, leading-axis maxima whose period does not divide 128 or over more
-than ``MAX_ROW`` columns, iotas of a flat layout of 2**24 elements or more, MX blocks or int4 groups that do not
-tile the quantized axis, ops without an instruction; with rows in chunks also iotas) keep the analytic cost of
+a leading-axis reduction takes the chunks as they come. Groups that fit none of this (reductions over two separate
+blocks of axes, broadcasts along two separate blocks of middle axes or of a value made in the group, tables
+broadcast along middle axes with rows in chunks, a middle-axis reduction next to other ops along rows or with
+``inner`` over ``MAX_ROW``, leading-axis reductions with a period over 128 rows (a PSUM partition per result row)
+or sums that would fold onto more than 128 partitions, leading-axis maxima whose period does not divide 128 or over
+more than ``MAX_ROW`` columns, iotas of a flat layout of 2**24 elements or more, MX blocks or int4 groups that do
+not tile the quantized axis, ops without an instruction; with rows in chunks also iotas) keep the analytic cost of
 ``costs.fused_cost``; so do kernels whose working set does not fit in SBUF.
 """
 

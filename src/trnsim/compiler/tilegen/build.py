@@ -24,9 +24,11 @@ from trnsim.compiler.tilegen.recipe import (
     KEEP_BYTES,
     MAX_INPUTS,
     MAX_ROW,
+    MAX_RUN,
     MX_BLOCK,
     PARTITIONS,
     REDUCE,
+    REPEATED,
     UNSIGNED,
     WRAP,
     WRAPPING,
@@ -198,6 +200,7 @@ class _Builder:
         self.inputs: list[tuple[str, str]] = []
         self.sources: list[Value] = []                  # the group's value behind each input
         self.input_shapes: list[tuple[int, int]] = []
+        self.repeats: list[int] = []                    # per input: R of a table broadcast along middle axes
         self.steps: list[Step] = []
         self.phases: list[str] = []
         self.memo: dict[tuple[Any, ...], Ref | None] = {}
@@ -223,8 +226,8 @@ class _Builder:
         self.kinds[ref] = kind
         return ref
 
-    def load(self, v: Value, kind: str, shape: tuple[int, int], ref_kind: str) -> Ref | None:
-        key = ("load", v.id, kind, shape)
+    def load(self, v: Value, kind: str, shape: tuple[int, int], ref_kind: str, repeats: int = 0) -> Ref | None:
+        key = ("load", v.id, kind, shape, repeats)
         if key in self.memo:
             return self.memo[key]
         if v.type.dtype not in DSL_DTYPE or len(self.inputs) >= MAX_INPUTS:
@@ -233,6 +236,7 @@ class _Builder:
         self.inputs.append((DSL_DTYPE[v.type.dtype], kind))
         self.sources.append(v)
         self.input_shapes.append(shape)
+        self.repeats.append(repeats)
         self.kinds[ref] = ref_kind
         self.memo[key] = ref
         return ref
@@ -334,7 +338,7 @@ class _Builder:
             # a table along the trailing axes, repeated down the leading ones: period P rows
             k = axes[0]
             if axes != list(range(k, r)) or prod(target[k:]) != size:
-                return None
+                return self.repeated(v, target, axes)
             period = size // self.cols
             if period == 1:
                 return self.load(v, "vec", (1, self.cols), "vec")
@@ -342,7 +346,50 @@ class _Builder:
             return self.load(v, "per", (period, self.cols), "vec" if invariant else "full")
         if size == self.rows and prod(target[:-1]) == self.rows:
             return self.load(v, "row", (self.rows, 1), "col")
-        return None
+        return self.repeated(v, target, axes)
+
+    def repeated(self, v: Value, target: tuple[int, ...], axes: list[int]) -> Ref | None:
+        """A group input broadcast along middle axes: its axes the space's outer and inner ones with new (or
+        size-1) axes between them, ``[B, S] → [B, H, S]`` (an attention mask over heads), ``[B, T, kv, d] →
+        [B, T, kv, rep, d]`` (a GQA head repeat), ``[N, C] → [N, H, W, C]``; or the outer ones and inner ones
+        but the last, ``[B, S] → [B, H, S, D]`` (a value per row). Viewed ``[O, I]`` (outer, inner), each row
+        repeated ``R`` times (the middle): a ``rep`` tile per block (``I`` whole rows of the space), or a
+        ``rep_row`` column, loaded by DMAs through a stride-0 source (``recipe.repeat_runs``), or None."""
+        # the target's non-unit axes, each covered by the operand or broadcast; runs of them: outer, middle,
+        # inner and (for a value per row) the row
+        runs: list[tuple[bool, int]] = []
+        for t, d in enumerate(target):
+            if d != 1:
+                covered = t in axes
+                if runs and runs[-1][0] == covered:
+                    runs[-1] = (covered, runs[-1][1] * d)
+                else:
+                    runs.append((covered, d))
+        pattern = [c for c, _ in runs]
+        sizes = [d for _, d in runs]
+        if not runs:
+            return None
+        if pattern[-1]:
+            # inner axes of whole rows: a tile per block (no outer axes: a table with a period of rows)
+            if pattern not in ([True, False, True], [False, True]) or sizes[-1] % self.cols:
+                return None
+            outer, middle, inner = sizes if pattern[0] else [1, *sizes]
+            kind, ref_kind = "rep", "full"
+        else:
+            # a value per row (the last run broadcast: the rows of the space): a column per block
+            per_row, rest = divmod(sizes[-1], self.cols)
+            if rest or (per_row > 1 and pattern != [True, False]):
+                return None
+            if pattern == [True, False]:
+                outer, middle, inner = sizes[0], per_row, 1
+            elif pattern in ([True, False, True, False], [False, True, False]):
+                outer, middle, inner = sizes[:3] if pattern[0] else [1, *sizes[:2]]
+            else:
+                return None
+            kind, ref_kind = "rep_row", "col"
+        if outer * middle * inner * (self.cols if kind == "rep_row" else 1) != self.n or inner > MAX_RUN:
+            return None
+        return self.load(v, kind, (outer, inner), ref_kind, middle)
 
     def _iota(self, node: Node, target: tuple[int, ...], dims: tuple[int | None, ...]) -> Ref | None:
         axis = dims[node.attrs["iota_dimension"]]
@@ -791,6 +838,7 @@ class _Builder:
 
 
 _LOGICAL: dict[str, str] = {"and": "minimum", "or": "maximum", "multiply": "minimum"}
+_SPREAD = ("vec", "per", *REPEATED)     # input kinds a kernel spreads over the space by its DMAs alone
 
 
 def _combine(tiles: set[str]) -> str:
@@ -1054,12 +1102,13 @@ def lowered(nodes: list[Node], external: list[Value], outputs: list[Value]) -> t
         if not b.node(node):
             return None
     stores = [b.store(v) for v in outputs]
-    if any(s is None for s in stores) or not b.steps:
-        return None
+    if any(s is None for s in stores) or not (b.steps or any(k in _SPREAD for _, k in b.inputs)):
+        return None                      # (no steps: a broadcast stored, the DMAs that spread it)
     chunk = (MAX_ROW // b.inner) * b.inner if b.inner else MAX_ROW   # a middle-axis one's chunks: whole slices
     chunk = chunk if cols > MAX_ROW else 0
-    if cols > MAX_ROW and (not chunk or any(s[0] == "iota" for s in b.steps) or any(k == "per" for _, k in b.inputs)):
-        return None                      # rows in chunks: no index arithmetic
+    if cols > MAX_ROW and (not chunk or any(s[0] == "iota" for s in b.steps) or
+                           any(k in ("per", *REPEATED) for _, k in b.inputs)):
+        return None                      # rows in chunks: no index arithmetic, no tables loaded per block
     if not b.fold_sums():
         return None
     done = [s for s in stores if s is not None]
@@ -1067,5 +1116,5 @@ def lowered(nodes: list[Node], external: list[Value], outputs: list[Value]) -> t
         b.fuse_activations({r[1] for r, *_ in done if r[0] == "tmp"})
     recipe = Recipe(n, tuple(b.inputs), tuple(b.steps), tuple((s[0], s[1]) for s in done), cols,
                     tuple(s[2] for s in done), tuple(b.phases), tuple(b.input_shapes), tuple(s[3] for s in done),
-                    chunk)
+                    chunk, tuple(b.repeats) if any(b.repeats) else ())
     return recipe, b.sources

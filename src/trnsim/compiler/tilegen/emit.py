@@ -13,6 +13,7 @@ from trnsim.compiler.tilegen.recipe import (
     MX_BLOCK,
     PARTITIONS,
     QUEUES,
+    REPEATED,
     TILE_COLS,
     Recipe,
     Ref,
@@ -20,6 +21,7 @@ from trnsim.compiler.tilegen.recipe import (
     output_shapes,
     pieces,
     pipeline,
+    repeat_runs,
     space,
 )
 
@@ -109,9 +111,28 @@ def _kernel() -> Any:
                         queue += 1
                         r += run
                     tiles.append(tile)
+                elif kind in REPEATED:                   # a table broadcast along middle axes
+                    tiles.append(spread(i, x, kind, recipe.repeats[i], b0, bw, dt))
                 else:
                     tiles.append(transfer(None, part(x, b0, bw), dt))
             return tiles
+
+        def spread(i: int, x: Tensor, kind: str, repeats: int, b0: int, bw: int, dt: str) -> Tensor:
+            """Rows ``b0 … b0 + bw`` of a ``rep`` / ``rep_row`` table's broadcast: DMAs reading its rows
+            repeatedly through a stride-0 source dimension (``recipe.repeat_runs``). A block whose DMAs would be
+            the previous block's (an attention mask's row repeated over 128 rows and more) reuses its tile."""
+            nonlocal queue
+            w = cols if kind == "rep" else 1
+            runs = repeat_runs(b0, bw, repeats, x.shape[1] // w, w, pieces(bw * w * _itemsize(dt), split))
+            if i in spreads and spreads[i][0] == runs and not late:
+                return spreads[i][1]
+            tile = dsl.sbuf((bw, w), dt)
+            for row, o, k_o, k_m, c0, c1 in runs:
+                src = x[o:o + k_o, c0:c1][:, None, :].broadcast_to((k_o, k_m, c1 - c0))
+                dsl.dma_copy(tile[row:row + k_o * k_m * (c1 - c0) // w], src, queue=queue % QUEUES)
+                queue += 1
+            spreads[i] = (runs, tile)
+            return tile
 
         def transfer(dst: Tensor | None, src: Tensor, dt: str) -> Tensor:
             """A block's load (``dst`` None: into a new tile) or store, in pieces of partitions (``pipeline``)."""
@@ -137,6 +158,7 @@ def _kernel() -> Any:
             if j not in stored and recipe.steps[j][0] != "lead":
                 last_read.setdefault(index, []).append(j)
 
+        spreads: dict[int, tuple[list[tuple[int, int, int, int, int, int]], Tensor]] = {}   # input → last runs, tile
         # NOTE: software pipelining: DMAs issue in program order, so block i+ahead's loads are emitted
         # before block i's stores (which wait for its compute), keeping the queues busy
         ahead, split = pipeline(recipe)
@@ -192,6 +214,7 @@ def _kernel() -> Any:
                 fold_peak(dsl, t, peaks[r])
                 retained[r].append(t)
                 kept.add(id(t))
+            kept |= {id(t) for later in loaded[i + 1:] for t in later if t is not None}   # a reused spread tile
             dsl.release(*(t for t in [*tiles, *tmps.values()] if t is not None and id(t) not in kept))
             loaded[i] = []
         # after the loop: leading-axis results leave PSUM, and the ops that read them run once

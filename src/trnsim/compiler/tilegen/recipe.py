@@ -18,6 +18,8 @@ PSUM_BANKS = 8           # the leading-axis sums of a group accumulate in PSUM's
                          # (neuron.md §0: 2 MiB per core, 16 KiB per partition); a kernel that also
                          # transposes on TensorE then runs out of PSUM and keeps the analytic cost
 EXACT_INDEX = 1 << 24    # iota arithmetic runs in fp32: element indices are exact below this
+REPEATED = ("rep", "rep_row")  # input kinds of tables broadcast along middle axes, loaded per block (``repeat_runs``)
+MAX_RUN = 65535          # elements in one free dimension of an access pattern (neuron.md §1.2: sizes are uint16)
 
 # StableHLO op → ("alu", ISA ALU op) or ("act", ISA activation function)
 ALU: dict[str, str] = {"add": "add", "subtract": "sub", "multiply": "mul", "divide": "div", "maximum": "max",
@@ -78,7 +80,10 @@ class Recipe:
     (rows longer than ``MAX_ROW``; ``chunked``). Input kinds: ``full`` (a tile per block), ``row`` (a ``[rows, 1]``
     column per block), ``mid`` (a ``[rows, inner]`` tile per block: a middle-axis reduction's width), ``red`` (a
     ``[P, W]`` tile loaded after the loop, next to a leading-axis result), ``scalar`` (one ``[128, 1]`` column),
-    ``vec`` / ``per`` (a ``[1, cols]`` / ``[P, cols]`` table repeated down the rows). Step kinds: ``alu``, ``act``,
+    ``vec`` / ``per`` (a ``[1, cols]`` / ``[P, cols]`` table repeated down the rows), ``rep`` / ``rep_row`` (an
+    ``[O, I]`` table broadcast along middle axes: each of its rows, ``I / w`` rows of the space of ``w = cols``
+    elements (``rep``: a tile per block) or of one (``rep_row``: a column per block), repeated ``repeats[i]``
+    times; ``repeat_runs``). Step kinds: ``alu``, ``act``,
     ``copy``, ``select``, ``wrap`` (op: the unsigned twin of the result's width, ``WRAP``: the operand's low bits
     read as the result's dtype), ``reduce`` (free axis), ``middle`` (op over the middle axis of each row viewed
     ``[count, inner]``; operands: the value and ``count``), ``mx`` (an MX quantize-dequantize; op: the element
@@ -102,6 +107,7 @@ class Recipe:
     input_shapes: tuple[tuple[int, int], ...] = ()              # HBM shapes; () = from the kinds
     output_shapes: tuple[tuple[int, int], ...] = ()
     chunk: int = 0                                              # > 0: rows longer than MAX_ROW, in chunks
+    repeats: tuple[int, ...] = ()                               # per input: R of a ``rep`` / ``rep_row`` table
 
 
 def space(recipe: Recipe) -> tuple[int, int]:
@@ -120,9 +126,9 @@ def block_dmas(recipe: Recipe) -> tuple[list[int], list[int]]:
     lanes = min(PARTITIONS, rows)
     width = cols if recipe.cols else min(TILE_COLS, cols)
     shapes = input_shapes(recipe)
-    loads = [lanes * (1 if kind == "row" else shape[1] if kind == "mid" else width) * DTYPES[dt].itemsize
+    loads = [lanes * (1 if kind in ("row", "rep_row") else shape[1] if kind == "mid" else width) * DTYPES[dt].itemsize
              for (dt, kind), shape in zip(recipe.inputs, shapes, strict=True)
-             if kind in ("full", "row", "mid") or (kind == "per" and PARTITIONS % shape[0])]
+             if kind in ("full", "row", "mid", *REPEATED) or (kind == "per" and PARTITIONS % shape[0])]
     kinds = recipe.output_kinds or ("full",) * len(recipe.outputs)
     stores = [lanes * (1 if kind == "row" else shape[1] if kind == "mid" else width) * DTYPES[dt].itemsize
               for (_, dt), kind, shape in zip(recipe.outputs, kinds, output_shapes(recipe), strict=True)
@@ -174,6 +180,49 @@ def lead_strips(sums: list[tuple[int, int]]) -> list[int] | None:
             return None
         strips.append(min(strip, width))
     return strips
+
+
+def repeat_runs(r0: int, n: int, repeats: int, q: int, width: int,
+                ways: int = 1) -> list[tuple[int, int, int, int, int, int]]:
+    """The DMAs that fill rows ``r0 … r0 + n`` of the space from a table ``x[O, q · width]`` broadcast along
+    middle axes: row ``r = (o · repeats + m) · q + i`` of the space is ``x[o, i · width : (i + 1) · width]``.
+    Each is ``(row, o, k_o, k_m, c0, c1)``: the block's rows from ``row`` on are ``x[o : o + k_o, c0 : c1]``
+    with each row repeated ``k_m`` times (a stride-0 source dimension), read in index order, so one DMA covers
+    whole repeats, whole table rows, or a part of a repeat (at most five per block, those of whole repeats or
+    table rows each in up to ``ways`` DMAs).
+
+    NOTE: the natural NeuronCore form of a broadcast along a middle axis ([B, S] → [B, H, S], a GQA head
+    repeat): the DMA engine reads the same HBM rows ``k_m`` times through a stride-0 access pattern, so the
+    tile arrives as the space's rows with no engine work and one or two DMAs per block where a DMA per
+    repeated row would cost its fixed ~2 us each."""
+    runs: list[tuple[int, int, int, int, int, int]] = []
+    period = repeats * q
+    r, end = r0, r0 + n
+    while r < end:
+        o, rest = divmod(r, period)
+        m, i = divmod(rest, q)
+        if i or end - r < q:                             # a part of one repeat: consecutive table rows
+            count = min(q - i, end - r)
+            runs.append((r - r0, o, 1, 1, i * width, (i + count) * width))
+            r += count
+        elif m or end - r < period:                      # whole repeats of one table row
+            k = min(repeats - m, (end - r) // q)
+            for part in _split(k, ways):
+                runs.append((r - r0, o, 1, part, 0, q * width))
+                r += part * q
+        else:                                            # whole table rows, each repeated
+            k = (end - r) // period
+            for part in _split(k, ways):
+                runs.append((r - r0, o, part, repeats, 0, q * width))
+                r += part * period
+                o += part
+    return runs
+
+
+def _split(count: int, ways: int) -> list[int]:
+    """``count`` in up to ``ways`` near-equal parts, as ``dsl.load``'s ``split`` cuts partitions."""
+    step = -(-count // max(1, min(ways, count)))
+    return [min(step, count - start) for start in range(0, count, step)]
 
 
 def pieces(nbytes: int, split: int) -> int:

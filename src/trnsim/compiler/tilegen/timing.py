@@ -13,6 +13,7 @@ from trnsim.compiler.tilegen.recipe import (
     PARTITIONS,
     PREFETCH,
     QUEUES,
+    REPEATED,
     TILE_COLS,
     Recipe,
     block_dmas,
@@ -69,6 +70,11 @@ def _queue_period(recipe: Recipe) -> int:
     shapes = input_shapes(recipe)
     if any(kind == "per" and PARTITIONS % shape[0] for (_, kind), shape in zip(recipe.inputs, shapes, strict=True)):
         return QUEUES
+    for i, ((_, kind), shape) in enumerate(zip(recipe.inputs, shapes, strict=True)):
+        rows_per_table_row = recipe.repeats[i] * shape[1] // (recipe.cols if kind == "rep" else 1) \
+            if kind in REPEATED else 0
+        if rows_per_table_row and PARTITIONS % rows_per_table_row:
+            return QUEUES        # a table broadcast along middle axes whose DMAs per tile vary (``repeat_runs``)
     per_tile = _dmas_per_tile(recipe)
     if per_tile * SAMPLE_BLOCKS >= 2 * QUEUES:
         return 1                 # the queues wrap at least twice in the smaller sample: the phase hardly matters
