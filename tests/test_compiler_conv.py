@@ -1,6 +1,7 @@
 """Convolution steps: 1-D, 2-D and 3-D convolutions, grouped and depthwise ones among them (forward and JAX's
-two gradients) lower to the library's conv kernel and take its timed run; other convolutions (fp16, integer)
-keep the analytic cost; large batches (and many batch groups) are sampled."""
+two gradients) lower to the library's conv kernel and take its timed run, in fp32, bf16, fp16, fp8 and integer
+types (integers in the float format TensorE multiplies them in); a convolution fused with a prologue keeps the
+analytic cost; large batches (and many batch groups) are sampled."""
 
 from __future__ import annotations
 
@@ -92,16 +93,51 @@ def test_1d_3d_and_grouped_training_convolutions_are_kernels(dn: tuple[str, str,
         np.testing.assert_allclose(np.asarray(got), np.asarray(ref), rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("fn,shapes,dtype", [
-    (lambda x, w: jax.lax.conv_general_dilated(x, w, (1, 1), "SAME", dimension_numbers=DN),
-     ((2, 8, 8, 4), (3, 3, 4, 6)), jnp.float16),                   # fp16 operands
-    (lambda x, w: jax.lax.conv_general_dilated(x, w, (1, 1), "SAME", dimension_numbers=DN),
-     ((2, 8, 8, 4), (3, 3, 4, 6)), jnp.int32),                     # integer operands
+@pytest.mark.parametrize("dtype,preferred,operands", [
+    (jnp.float16, None, "fp16"),                    # fp16: a TensorE format at the bf16 rate
+    (jnp.float16, jnp.float32, "fp16"),
+    (jnp.float8_e4m3fn, jnp.float32, "fp8_e4m3"),   # fp8: at 4x the bf16 rate
+    (jnp.float8_e5m2, None, "fp8_e5m2"),
+    (jnp.int8, None, "bf16"),                       # 8-bit integers: exact in bf16 (no integer datapath)
+    (jnp.uint8, jnp.int32, "bf16"),
+    (jnp.int16, None, "fp32"),                      # wider integers: fp32
+    (jnp.int32, None, "fp32"),
 ])
-def test_other_convolutions_keep_the_analytic_cost(fn: object, shapes: tuple[tuple[int, ...], ...],
-                                                   dtype: object) -> None:
-    program = trnsim.compile(jax.jit(fn).lower(*[jax.ShapeDtypeStruct(s, dtype) for s in shapes]),  # type: ignore[arg-type]
-                             cache=False)
+def test_fp16_fp8_and_integer_convolutions_are_kernels(dtype: object, preferred: object, operands: str) -> None:
+    """They run as the conv kernel in the TensorE format the chip multiplies them in (``conv.tensor_format``),
+    the step's operand format that one, timed as the kernel is."""
+    def f(x: jax.Array, w: jax.Array) -> jax.Array:
+        return jax.lax.conv_general_dilated(x, w, (1, 1), "SAME", dimension_numbers=DN,
+                                            preferred_element_type=preferred)  # type: ignore[arg-type]
+
+    specs = [jax.ShapeDtypeStruct(s, dtype) for s in ((2, 8, 8, 4), (3, 3, 4, 6))]  # type: ignore[arg-type]
+    program = trnsim.compile(jax.jit(f).lower(*specs), cache=False)
+    (step,) = [s for s in program.plan.steps if "convolution" in s.ops]
+    assert step.kernel == "conv" and step.operand_dtype == operands
+    conv = convgen.conv_for(program.graph.nodes[step.nodes[0]])
+    assert conv is not None and conv.operand_format == operands
+    assert step.seconds == convgen.conv_time("trn3", conv).seconds
+
+
+def test_operand_format_sets_the_tensor_engine_time() -> None:
+    """TensorE's busy time follows the format used: fp8 at 4x bf16/fp16, fp32 (and int32) at 1/4; an int8
+    convolution runs exactly as fast on TensorE as a bf16 one."""
+    def busy(dtype: str) -> float:
+        conv = convgen.Conv((4, 14, 14, 128), (3, 3, 128, 128), dtype, dtype, (0, 1, 2, 3), (0, 1, 2, 3),
+                            (0, 1, 2, 3), (1, 1), ((1, 1), (1, 1)), (1, 1), (1, 1))
+        return convgen.conv_time("trn3", conv).busy["tensor"]
+
+    bf16 = busy("bf16")
+    assert busy("fp16") == bf16 and busy("int8") == pytest.approx(bf16, rel=1e-3)
+    assert busy("fp8_e4m3") < 0.3 * bf16 and busy("fp32") > 3.5 * bf16
+    assert busy("int32") == busy("fp32")
+
+
+def test_autocast_convolutions_keep_the_analytic_cost() -> None:
+    """A convolution fused with its autocast prologue (converts, qdq) is not a lone convolution: analytic."""
+    f = lambda x, w: jax.lax.conv_general_dilated(x, w, (1, 1), "SAME", dimension_numbers=DN)  # noqa: E731
+    specs = [jax.ShapeDtypeStruct(s, jnp.float32) for s in ((2, 8, 8, 4), (3, 3, 4, 6))]
+    program = trnsim.compile(jax.jit(f).lower(*specs), cache=False, auto_cast="matmul", auto_cast_type="fp8_e4m3")
     (step,) = [s for s in program.plan.steps if "convolution" in s.ops]
     assert step.kernel == "conv_matmul"
 

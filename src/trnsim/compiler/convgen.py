@@ -1,15 +1,19 @@
 """Convolution steps: a StableHLO ``convolution`` lowered to the library's ``conv_kernel``.
 
-A 1-D, 2-D or 3-D convolution (3-D to 5-D operands), no window reversal (JAX emits a separate ``reverse``), fp32
-or bf16 operands of one type and an fp32/bf16 result runs as ``trnsim.kernels.conv.conv_kernel`` in whatever
+A 1-D, 2-D or 3-D convolution (3-D to 5-D operands), no window reversal (JAX emits a separate ``reverse``),
+operands and result in fp32, bf16, fp16, fp8 (e4m3fn, e5m2) or 8- to 32-bit integers runs as
+``trnsim.kernels.conv.conv_kernel`` in the TensorE format the chip multiplies them in (``Conv.operand_format``,
+the step's operand dtype: fp8 at its 4x rate; integers as floats, TensorE having no integer datapath,
+``reference/neuron.md`` §1.5: 8-bit ones in bf16, exact, wider ones in fp32) and in whatever
 layout its ``dimension_numbers`` give: the forward convolution and both gradients JAX emits (the input
 gradient with ``lhs_dilation`` and the kernel's ``I``/``O`` swapped, the weight gradient with batch and
 feature swapped), with any ``feature_group_count`` (grouped and depthwise convolutions: block-diagonal
 stationaries) or ``batch_group_count`` (the weight gradient of a grouped one: a convolution a group). A 1-D
 convolution is the kernel's 2-D one of a unit H axis; a 3-D one accumulates its kernel's depth planes into the
 same PSUM tiles. Its time is the kernel's, timed
-by the instruction-level model (timing-only); every other convolution keeps the analytic cost (``costs``), as
-does a convolution fused with a prologue or epilogue, and one the kernel cannot trace (a weight gradient
+by the instruction-level model (timing-only); every other convolution keeps the analytic cost (``costs``: MX
+and other fp8 types, 64-bit and boolean ones), as does a convolution fused with a prologue or epilogue (autocast's
+converts and qdq among them), and one the kernel cannot trace (a weight gradient
 whose whole window does not fit SBUF, for one: counted in the ``conv_fallbacks`` statistic).
 
 The kernel's work is a loop over its (canonical) batch, each image the same units (for the pixel-contracting
@@ -26,14 +30,17 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
-from trnsim.compiler.costs import RATE_NAME, StepCost
+from trnsim.compiler.costs import StepCost
 from trnsim.compiler.kernel_timing import TileTime, extrapolate, linear_fit, time_kernel
 from trnsim.ir.graph import Node
 
 if TYPE_CHECKING:
     from trnsim.kernels.conv import Geometry
 
-DSL_DTYPE = {"f32": "fp32", "bf16": "bf16"}
+# StableHLO element types of the operands and results the kernel takes, as ISA dtypes (integers multiply in a
+# float format on TensorE: ``conv.tensor_format``)
+DSL_DTYPE = {"f32": "fp32", "bf16": "bf16", "f16": "fp16", "f8E4M3FN": "fp8_e4m3", "f8E5M2": "fp8_e5m2",
+             "i8": "int8", "ui8": "uint8", "i16": "int16", "ui16": "uint16", "i32": "int32", "ui32": "uint32"}
 SAMPLE_IMAGES = 8
 PARTITIONS = 128
 
@@ -57,6 +64,17 @@ class Conv:
     rhs_dilation: tuple[int, ...]
     feature_groups: int = 1
     batch_groups: int = 1
+    w_dtype: str | None = None  # the kernel's dtype when it differs from ``dtype`` (the input's)
+
+    @property
+    def operand_format(self) -> str:
+        """The format TensorE multiplies in (``conv.tensor_format``: integers as floats, mixed operands in one
+        that holds both)."""
+        from trnsim.kernels.conv import tensor_format
+
+        fmt = tensor_format(self.dtype, self.w_dtype or self.dtype)
+        assert fmt is not None, (self.dtype, self.w_dtype)
+        return fmt
 
     @property
     def images(self) -> int:
@@ -81,9 +99,12 @@ def conv_for(node: Node) -> Conv | None:
         return None
     x, w = node.inputs
     a = node.attrs
-    dtype, out_dtype = DSL_DTYPE.get(x.type.dtype), DSL_DTYPE.get(node.out.type.dtype)
-    if (dtype is None or out_dtype is None or w.type.dtype != x.type.dtype or len(x.type.shape) not in (3, 4, 5)
-            or any(a.get("window_reversal") or ()) or "operand_format" in a):
+    from trnsim.kernels.conv import tensor_format
+
+    dtype, w_dtype = DSL_DTYPE.get(x.type.dtype), DSL_DTYPE.get(w.type.dtype)
+    out_dtype = DSL_DTYPE.get(node.out.type.dtype)
+    if (dtype is None or w_dtype is None or out_dtype is None or tensor_format(dtype, w_dtype) is None
+            or len(x.type.shape) not in (3, 4, 5) or any(a.get("window_reversal") or ()) or "operand_format" in a):
         return None
     d = a["dimension_numbers"]
     spatial = (d["input_spatial_dimensions"], d["kernel_spatial_dimensions"], d["output_spatial_dimensions"])
@@ -101,7 +122,8 @@ def conv_for(node: Node) -> Conv | None:
 
     return Conv(tuple(x.type.shape), tuple(w.type.shape), dtype, out_dtype, x_axes, w_axes, out_axes,
                 per_axis("window_strides"), padding, per_axis("lhs_dilation"), per_axis("rhs_dilation"),
-                int(a.get("feature_group_count", 1)), int(a.get("batch_group_count", 1)))
+                int(a.get("feature_group_count", 1)), int(a.get("batch_group_count", 1)),
+                None if w_dtype == dtype else w_dtype)
 
 
 def geometry(conv: Conv) -> Geometry:
@@ -146,20 +168,25 @@ def _timed(target: str, conv: Conv) -> TileTime:
     import trnsim
     from trnsim.kernels.conv import conv_kernel
 
-    args: list[Any] = [trnsim.TensorSpec(conv.x_shape, conv.dtype), trnsim.TensorSpec(conv.w_shape, conv.dtype)]
+    args: list[Any] = [trnsim.TensorSpec(conv.x_shape, conv.dtype),
+                       trnsim.TensorSpec(conv.w_shape, conv.w_dtype or conv.dtype)]
     return time_kernel(conv_kernel, *args, target=target, stride=conv.stride, padding=conv.padding,
                        lhs_dilation=conv.lhs_dilation, rhs_dilation=conv.rhs_dilation, x_axes=conv.x_axes,
                        w_axes=conv.w_axes, out_axes=conv.out_axes, out_dtype=conv.out_dtype,
-                       feature_groups=conv.feature_groups, batch_groups=conv.batch_groups)
+                       feature_groups=conv.feature_groups, batch_groups=conv.batch_groups,
+                       operand_format=conv.operand_format)
 
 
 def conv_cost(node: Node, timed: TileTime, cost: StepCost) -> None:
-    """A convolution step's cost from its kernel's timed run: engines, instructions, HBM traffic, FLOPs."""
+    """A convolution step's cost from its kernel's timed run: engines, instructions, HBM traffic, FLOPs, and
+    the operand format TensorE ran it in."""
     w = node.inputs[1].type
     d = node.attrs["dimension_numbers"]
     per_output = math.prod(s for i, s in enumerate(w.shape) if i != d["kernel_output_feature_dimension"])
     cost.flops += 2.0 * node.out.type.size * per_output
-    cost.operand_dtype = RATE_NAME.get(node.inputs[0].type.dtype, node.inputs[0].type.dtype)
+    conv = conv_for(node)
+    assert conv is not None, node
+    cost.operand_dtype = conv.operand_format
     cost.busy, cost.instructions = dict(timed.busy), dict(timed.by_engine)
     cost.min_seconds = timed.seconds
     cost.dma_bytes = timed.hbm_bytes

@@ -1,5 +1,5 @@
 """2-D convolution in the kernel language: StableHLO's ``convolution`` with strides, padding (negative pads
-crop), input (lhs) and window (rhs) dilation, in any layout, fp32 or bf16 operands.
+crop), input (lhs) and window (rhs) dilation, in any layout; fp32, bf16, fp16, fp8 or integer operands.
 
 ``conv_kernel`` works on canonical views of its HBM operands: ``x [N, H, W, Ci]``, ``w [KH, KW, Ci, Co]``
 and ``out [N, OH, OW, Co]``; ``x_axes``/``w_axes``/``out_axes`` say where those axes are in the tensors
@@ -50,6 +50,13 @@ once, each group's block of the result kept (``pixel_contract``), and a depthwis
 per channel (``depthwise_gradient``). A 1-D convolution is a 2-D one of a unit H axis (``x[:, None]``
 views), a 3-D one sums each output plane's kernel planes into the same PSUM tiles (``Depth``).
 
+Operands multiply in one TensorE format (``tensor_format``: ``FORMATS``; integers as floats, ``INTEGER_FORMAT``,
+since TensorE has no integer datapath, ``reference/neuron.md`` §1.5), their tiles cast to it as they load and the
+result rounded (integers: to nearest, saturating, where StableHLO wraps) as PSUM drains. DMA transposes take 2-
+and 4-byte types only (§1.3): a 1-byte (or differently sized) ``x`` is first widened in HBM (bf16) by contiguous
+DMAs, its tiles load in that and the copies that lay them out cast to an fp8 format; a 1-byte result stores in
+fp32/int32 and is narrowed by one more HBM-to-HBM pass (``_widened``, ``_copy_in_pieces``).
+
 Rows wider than 512 go one output row at a time in column chunks. Banks drain on VectorE/ScalarE in turn and
 store through a transposed view of the output; the next unit's loads are issued before this one's stores
 (``layout.prefetch``).
@@ -57,6 +64,7 @@ store through a transposed view of the output; the next unit's loads are issued 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
@@ -69,6 +77,7 @@ from trnsim import dsl
 from trnsim.dsl import Tensor
 from trnsim.dsl.errors import fail
 from trnsim.isa.base import Engine
+from trnsim.isa.dtypes import DTYPES
 from trnsim.kernels.gemm import blocks
 from trnsim.kernels.layout import prefetch
 
@@ -81,11 +90,28 @@ PIXEL_BANKS = 4  # pixel_contract: PSUM banks of pixel groups accumulated at onc
 PIECE_BYTES = 64 * 1024  # a large load or store goes in pieces of at least this (_pieces)
 MAX_PIECES = 8
 UNIT_BANKS = 4  # PSUM banks of output a unit of loaded input feeds (half the 8: the next unit's run meanwhile)
+DMA_TRANSPOSE_ITEMSIZES = (2, 4)  # reference/neuron.md §1.3: DMA transposes take 2- and 4-byte types
+DMA_COUNT = 65535  # elements a DMA's free dimension may count
 MAC_BANK = 2048  # fp32 elements a partition of one depthwise multiply-accumulate (SBUF, not PSUM: no 512 limit)
 # Depthwise (one channel a group) of 128-channel tiles by operand dtype: on TensorE as diagonal stationaries,
 # or as per-channel multiply-accumulates on the vector engines (module docstring: the faster by the cost
 # rules); fewer than 65 channels always multiply-accumulate (a diagonal of them would waste TensorE more).
 DEPTHWISE_ON_TENSOR = {"bf16": True, "fp32": False}
+# TensorE operand formats, fastest first (neuron.md §1.4: FP8 at the MX rate, BF16/FP16 at one rate, FP32 at a
+# quarter of it), with the formats each holds exactly: mixed operands multiply in the fastest that holds both. MX
+# formats are left out (their scale tiles are not built here).
+FORMATS: dict[str, frozenset[str]] = {
+    "fp8_e4m3": frozenset({"fp8_e4m3"}), "fp8_e5m2": frozenset({"fp8_e5m2"}),
+    "bf16": frozenset({"bf16", "fp8_e4m3", "fp8_e5m2"}), "fp16": frozenset({"fp16", "fp8_e4m3", "fp8_e5m2"}),
+    "fp32": frozenset({"fp32", "bf16", "fp16", "fp8_e4m3", "fp8_e5m2"}),
+}
+# Integer operands: TensorE has no integer datapath ("Matmul ... have no integer datapath; integer inputs are
+# computed in FP32", neuron.md §1.5), so their values multiply as floats and accumulate in fp32 PSUM. 8-bit
+# integers are exact in bf16 (8 significant bits: every integer of magnitude ≤ 256) and a product of two is
+# exact in fp32, so they run in bf16, at 4x the fp32 rate and with the very results of fp32 operands; wider
+# integers run in fp32 (exact to 2^24, rounded beyond: as the chip computes them).
+INTEGER_FORMAT = {"int8": "bf16", "uint8": "bf16", "int16": "fp32", "uint16": "fp32", "int32": "fp32",
+                  "uint32": "fp32"}
 DEPTHWISE_IMAGE = 48 * 1024  # SBUF bytes a partition a depthwise weight gradient's padded input image may take
 SUMS_AT_ONCE = 32  # a depthwise weight gradient's (plane, image) partial sums reduced together
 
@@ -106,6 +132,18 @@ class Geometry:
     lhs: Pair
     rhs: Pair
     groups: int = 1  # feature groups: input channels ``ci // groups`` to an output group of ``co // groups``
+    dtype: str = "fp32"  # the TensorE operand format: every SBUF tile of ``x`` and ``w`` (``operand_format``)
+
+    @property
+    def itemsize(self) -> int:
+        """Bytes an SBUF element of the operands takes."""
+        return DTYPES[self.dtype].itemsize
+
+    @property
+    def load(self) -> str:
+        """The dtype ``x``'s tiles load in (DMA transposes take 2- and 4-byte types only, ``reference/neuron.md``
+        §1.3): the operand format, or bf16 for an fp8 one, cast to it on chip by the copy that lays tiles out."""
+        return _transposable(self.dtype, "bf16")
 
     @property
     def padded(self) -> Pair:
@@ -222,7 +260,7 @@ def _pieces(view: Tensor) -> int:
     ``MAX_PIECES`` queues (by partitions). NOTE: only where a unit's input is one transfer (the shared
     mapping): stacked taps already load in many transfers at once, and the fixed cost of more pieces then
     costs queue time (a 56x56x64 bf16 layer: 705 -> 764 us split)."""
-    nbytes = view.size * (2 if view.dtype == "bf16" else 4)
+    nbytes = view.size * DTYPES[view.dtype].itemsize
     return max(1, min(MAX_PIECES, view.shape[0], nbytes // PIECE_BYTES))
 
 
@@ -246,13 +284,13 @@ def load_packed(xv: Tensor, g: Geometry, u: Unit, slots: list[Slot], width: int)
     rows, cols = u.rows * sh, width * sw
     tiles: list[Tensor] = []
     for i, slot in enumerate(slots):
-        img = dsl.sbuf((len(slot.taps) * ci, rows, cols), xv.dtype)
+        img = dsl.sbuf((len(slot.taps) * ci, rows, cols), g.load)
         corners = [(u.oy * sh + ky * dh, kx * dw) for ky, kx in slot.taps]
         if not all(_covered(g, t, left, (u.rows - 1) * sh + 1, (width - 1) * sw + 1) for t, left in corners):
             dsl.memset(img, 0.0, engine="gpsimd")
         for j, (top, left) in enumerate(corners):
             _window(img, _channels(xv, u.n, 0, ci), g, top, left, j * ci)
-        flat = dsl.sbuf((len(slot.taps) * ci, u.rows * width), xv.dtype)
+        flat = dsl.sbuf((len(slot.taps) * ci, u.rows * width), g.dtype)
         dsl.copy(img[:, ::sh, ::sw], out=flat, engine="vector" if i % 2 == 0 else "scalar")
         tiles.append(flat)
     return tiles
@@ -267,12 +305,12 @@ def load_shared(xv: Tensor, g: Geometry, u: Unit, slots: list[Slot], ci_tiles: l
     wq = g.wq
     flats: dict[tuple[int, int], Tensor] = {}
     for t, (c0, cn) in enumerate(ci_tiles):
-        img = dsl.sbuf((cn, hq * sh, wq * sw), xv.dtype)
+        img = dsl.sbuf((cn, hq * sh, wq * sw), g.load)
         if not _covered(g, u.oy * sh, 0, hq * sh, wq * sw):
             dsl.memset(img, 0.0, engine="gpsimd")
         _window(img, _channels(xv, u.n, c0, cn), g, u.oy * sh, 0, 0, split=True)
         for (py, px), p in phases.items():
-            flat = dsl.sbuf((cn, hq * wq + slack), xv.dtype)
+            flat = dsl.sbuf((cn, hq * wq + slack), g.dtype)
             if slack:
                 dsl.memset(flat[:, hq * wq :], 0.0, engine="gpsimd")
             engine: Engine = "vector" if (t + p) % 2 == 0 else "scalar"
@@ -290,12 +328,12 @@ def _windows(xv: Tensor, g: Geometry, b0: int, bn: int, group: list[Pair], i: in
     """Channel ``i``'s windows of output pixels ``group`` for batch members ``b0 .. b0 + bn``, each pixel's on
     its own partitions, flat ``[pixels · bn, KH · KW]`` (``pixel_contract``)."""
     (sh, sw), (dh, dw) = g.stride, g.rhs
-    img = dsl.sbuf((len(group) * bn, g.kh * dh, g.kw * dw), xv.dtype)
+    img = dsl.sbuf((len(group) * bn, g.kh * dh, g.kw * dw), g.load)
     if not all(_covered(g, oy * sh, ox * sw, (g.kh - 1) * dh + 1, (g.kw - 1) * dw + 1) for oy, ox in group):
         dsl.memset(img, 0.0, engine="gpsimd")
     for k, (oy, ox) in enumerate(group):
         _window(img, partial(_members, xv, b0, bn, i), g, oy * sh, ox * sw, k * bn)
-    flat = dsl.sbuf((len(group) * bn, g.kh * g.kw), xv.dtype)
+    flat = dsl.sbuf((len(group) * bn, g.kh * g.kw), g.dtype)
     dsl.copy(img[:, ::dh, ::dw], out=flat, engine="vector" if i % 2 else "scalar")
     return flat
 
@@ -328,8 +366,7 @@ def pixel_contract(xv: Tensor, wv: Tensor, ov: Tensor, g: Geometry, depth: Depth
     nb, cob = g.n // groups, g.co // groups
     diagonal = groups > 1 and nb == cob == 1
     block = ts.gemm_stationary_fmax // nb * nb if groups > 1 else ts.gemm_stationary_fmax
-    itemsize = 2 if xv.dtype == "bf16" else 4
-    resident = g.ci * depth.k * len(pieces) * g.co * itemsize <= WEIGHT_BYTES
+    resident = g.ci * depth.k * len(pieces) * g.co * g.itemsize <= WEIGHT_BYTES
     kept: dict[tuple[int, int, int, int], list[Tensor]] = {}
 
     def columns(b0: int, bn: int) -> list[Pair]:
@@ -343,7 +380,7 @@ def pixel_contract(xv: Tensor, wv: Tensor, ov: Tensor, g: Geometry, depth: Depth
         tiles = kept.get((i, kd, q, o_tiles[0][0]))
         if tiles is None:
             k0, r, c0, c = pieces[q]
-            tiles = [dsl.sbuf((r * c, on), xv.dtype) for _, on in o_tiles]
+            tiles = [dsl.sbuf((r * c, on), g.dtype) for _, on in o_tiles]
             for tile, (o0, on) in zip(tiles, o_tiles, strict=True):
                 # NOTE: one window row drops its row axis, so that the DMA's rows are the columns (a [1, c · on]
                 # transfer would exceed a DMA's 65535 elements a row at c = 128, on = 512)
@@ -366,7 +403,7 @@ def pixel_contract(xv: Tensor, wv: Tensor, ov: Tensor, g: Geometry, depth: Depth
             part = dsl.transpose(kept_windows[(i, d)][:, k0 * g.kw + c0 : k0 * g.kw + c0 + r * c])
             # NOTE: back in the operands' dtype (exact: a transpose moves values): an fp32 stationary would run
             # a bf16 contraction at fp32's quarter rate
-            stationaries.append(dsl.copy(part, dtype=xv.dtype, engine="vector" if (s + k) % 2 else "scalar"))
+            stationaries.append(dsl.copy(part, dtype=g.dtype, engine="vector" if (s + k) % 2 else "scalar"))
         return stationaries, moving(i, kd, q, o_tiles)
 
     def window(b0: int, bn: int, group: list[Pair], d: int, i: int) -> Tensor:
@@ -437,11 +474,11 @@ def depthwise_gradient(xv: Tensor, wv: Tensor, ov: Tensor, g: Geometry, depth: D
             for c0, cn in blocks(len(pairs), SUMS_AT_ONCE):
                 sums = dsl.sbuf((bn, oh, ow, cn), "fp32")
                 for s, (kd, d, i) in enumerate(pairs[c0 : c0 + cn]):
-                    img = dsl.sbuf((bn, hp, wp), xv.dtype)
+                    img = dsl.sbuf((bn, hp, wp), g.load)
                     if not _covered(g, 0, 0, hp, wp):
                         dsl.memset(img, 0.0, engine="gpsimd")
                     _window(img, partial(_members, xv[:, d], b0, bn, i), g, 0, 0, 0, split=True)
-                    window = dsl.load(dsl.sbuf((bn, g.kh, g.kw), xv.dtype),
+                    window = dsl.load(dsl.sbuf((bn, g.kh, g.kw), g.dtype),
                                       wv[kd, :, :, i, b0 : b0 + bn].permute(2, 0, 1))
                     for ty in range(oh):
                         for tx in range(ow):
@@ -542,7 +579,7 @@ def dense(xv: Tensor, wv: Tensor, ov: Tensor, g: Geometry, depth: Depth, out_dty
     ci_tiles, co_tiles = blocks(g.ci, ts.pmax), blocks(g.co, ts.gemm_stationary_fmax)
     taps = [(ky, kx) for ky in range(g.kh) for kx in range(g.kw)]
     per = ts.pmax // g.ci
-    mac = g.groups == g.ci == g.co and (per >= 2 or not DEPTHWISE_ON_TENSOR.get(xv.dtype, True))
+    mac = g.groups == g.ci == g.co and (per >= 2 or not DEPTHWISE_ON_TENSOR.get(g.dtype, True))
     packed = per >= 2 and not mac
     phases: dict[Pair, int] = {}
     if packed:  # taps stacked on the partitions: ci · taps rows of contraction a matmul
@@ -554,8 +591,7 @@ def dense(xv: Tensor, wv: Tensor, ov: Tensor, g: Geometry, depth: Depth, out_dty
                  for tap in taps for t in range(len(ci_tiles))]
         width = g.wq
     slack = max(g.tap(ky, kx)[1][1] for ky, kx in taps)
-    itemsize = 2 if xv.dtype == "bf16" else 4
-    resident = depth.k * len(co_tiles) * len(slots) * ts.gemm_stationary_fmax * itemsize <= WEIGHT_BYTES
+    resident = depth.k * len(co_tiles) * len(slots) * ts.gemm_stationary_fmax * g.itemsize <= WEIGHT_BYTES
     weights: dict[tuple[int, int, int], Tensor] = {}
     depthwise = g.groups == g.ci == g.co and not packed
     diagonals: dict[tuple[int, Pair], Callable[[int, int], Tensor]] = {}
@@ -567,7 +603,7 @@ def dense(xv: Tensor, wv: Tensor, ov: Tensor, g: Geometry, depth: Depth, out_dty
         load in one DMA a tile)."""
         if o not in columns:
             o0, on = co_tiles[o]
-            columns[o] = dsl.load(dsl.sbuf((on, depth.k, g.kh, g.kw), xv.dtype),
+            columns[o] = dsl.load(dsl.sbuf((on, depth.k, g.kh, g.kw), g.dtype),
                                   wv[:, :, :, 0, o0 : o0 + on].permute(3, 0, 1, 2))
         return columns[o][:, kd, tap[0], tap[1] : tap[1] + 1]
 
@@ -595,16 +631,16 @@ def dense(xv: Tensor, wv: Tensor, ov: Tensor, g: Geometry, depth: Depth, out_dty
             slot, ci, co = slots[s], ci_tiles[slots[s].ct], co_tiles[o]
             if depthwise:
                 if (kd, ci) not in diagonals:
-                    diagonals[(kd, ci)] = _diagonal(wv[kd], g, ci, xv.dtype)
+                    diagonals[(kd, ci)] = _diagonal(wv[kd], g, ci, g.dtype)
                 tile = diagonals[(kd, ci)](*slot.taps[0])
             elif g.groups > 1 and not packed:
                 if (kd, ci, co) not in blocked:
                     if not resident:  # one channel tile pair's taps at a time
                         blocked.clear()
-                    blocked[(kd, ci, co)] = _grouped_taps(wv[kd], g, ci, co, xv.dtype)
+                    blocked[(kd, ci, co)] = _grouped_taps(wv[kd], g, ci, co, g.dtype)
                 tile = blocked[(kd, ci, co)][:, slot.taps[0][0], slot.taps[0][1], :]
             else:
-                tile = dsl.sbuf((len(slot.taps) * ci[1], co[1]), xv.dtype)
+                tile = dsl.sbuf((len(slot.taps) * ci[1], co[1]), g.dtype)
                 if g.groups > 1:
                     _block_diagonal(tile, wv[kd], g, slot.taps, ci, co)
                 for j, (ky, kx) in enumerate(slot.taps if g.groups == 1 else ()):
@@ -646,6 +682,13 @@ def dense(xv: Tensor, wv: Tensor, ov: Tensor, g: Geometry, depth: Depth, out_dty
                 dsl.store(dst, res[:, :, :valid], split=1 if packed else _pieces(dst))
 
 
+def tensor_format(x_dtype: str, w_dtype: str) -> str | None:
+    """The TensorE operand format of a convolution of ``x_dtype`` and ``w_dtype`` operands: integers as their
+    float format (``INTEGER_FORMAT``), then the fastest of ``FORMATS`` that holds both exactly (None: none)."""
+    a, b = INTEGER_FORMAT.get(x_dtype, x_dtype), INTEGER_FORMAT.get(w_dtype, w_dtype)
+    return next((f for f, held in FORMATS.items() if a in held and b in held), None)
+
+
 def _spatial(values: Sequence[Any] | None, rank: int, unit: Any, what: str) -> tuple[Any, Any, Any]:
     """A per-spatial-axis parameter of a ``rank``-D convolution as (depth, height, width): a 2-D one gets a
     unit depth axis, a 1-D one unit depth and height (None: ``unit`` on every axis)."""
@@ -661,7 +704,8 @@ def conv_kernel(x: Tensor, w: Tensor, *, stride: Sequence[int] | None = None,
                 padding: Sequence[Pair] | None = None, lhs_dilation: Sequence[int] | None = None,
                 rhs_dilation: Sequence[int] | None = None, x_axes: tuple[int, ...] = CANONICAL,
                 w_axes: tuple[int, ...] = CANONICAL, out_axes: tuple[int, ...] = CANONICAL,
-                out_dtype: str = "fp32", feature_groups: int = 1, batch_groups: int = 1) -> Tensor:
+                out_dtype: str = "fp32", feature_groups: int = 1, batch_groups: int = 1,
+                operand_format: str | None = None) -> Tensor:
     """``out[n, oy, ox, o] = Σ x̂[n, oy·sh + ky·dh, ox·sw + kx·dw, i] · w[ky, kx, i, o]`` (x̂: ``x`` dilated by
     ``lhs_dilation`` and padded by ``padding``), rounded to ``out_dtype``. ``x_axes``: where ``N, H, W, Ci``
     are in ``x``; ``w_axes``: where ``KH, KW, Ci, Co`` are in ``w``; ``out_axes``: where ``N, OH, OW, Co``
@@ -672,12 +716,22 @@ def conv_kernel(x: Tensor, w: Tensor, *, stride: Sequence[int] | None = None,
 
     StableHLO's groups: ``feature_groups`` G splits ``Ci`` and ``Co`` into G groups, output group ``k`` the
     convolution of input channels group ``k`` with ``w[..., :, k·Co/G : (k+1)·Co/G]`` (``w`` has ``Ci / G``
-    input channels); ``batch_groups`` G splits ``N`` and ``Co`` likewise (the output has ``N / G`` images)."""
+    input channels); ``batch_groups`` G splits ``N`` and ``Co`` likewise (the output has ``N / G`` images).
+
+    ``operand_format``: the TensorE format ``x`` and ``w`` are multiplied in, their tiles cast to it as they
+    load (None: ``operand_format(x.dtype, w.dtype)``, module docstring)."""
     rank = len(x.shape) - 2
     if rank not in (1, 2, 3) or len(w.shape) != rank + 2:
         fail(f"a 2-D convolution of x {x.shape} with w {w.shape}",
              "give a 4-D input (N, H, W, Ci: NHWC by default) and a 4-D kernel (KH, KW, Ci, Co: HWIO by default)"
              ", or 3-D ones for a 1-D convolution, 5-D for a 3-D one")
+    fmt = operand_format or tensor_format(x.dtype, w.dtype)
+    if fmt is None or fmt not in FORMATS:
+        fail(f"a convolution of {x.dtype} and {w.dtype} operands in {operand_format or 'no TensorE format'}",
+             f"give operands (or operand_format) in {', '.join(FORMATS)}, or integers ({', '.join(INTEGER_FORMAT)})")
+    load = _transposable(fmt, "bf16")
+    if DTYPES[x.dtype].itemsize != DTYPES[load].itemsize:  # x loads channel-major: DMA transposes (_widened)
+        x = _widened(x, load)
     unit: tuple[None, ...] = (None,) * (3 - rank)
     xv, wv = x.permute(*x_axes)[(slice(None), *unit)], w.permute(*w_axes)[unit]
     n, dd, h, wd, ci = xv.shape
@@ -695,7 +749,7 @@ def conv_kernel(x: Tensor, w: Tensor, *, stride: Sequence[int] | None = None,
     nb = n // batch_groups
     depth = Depth(dd, kd, st[0], (int(pad[0][0]), int(pad[0][1])), lhs[0], rhs[0])
     g = Geometry(nb, h, wd, ci, kh, kw, co // batch_groups, (st[1], st[2]), (pad[1], pad[2]), (lhs[1], lhs[2]),
-                 (rhs[1], rhs[2]), feature_groups)
+                 (rhs[1], rhs[2]), feature_groups, fmt)
     oh, ow = g.out
     if min(oh, ow, depth.out) < 1:
         fail(f"a {kd}x{kh}x{kw} window over a padded {g.padded} input of {dd} planes",
@@ -705,26 +759,66 @@ def conv_kernel(x: Tensor, w: Tensor, *, stride: Sequence[int] | None = None,
     for axis, size in zip(out_axes, sizes, strict=True):
         shape[axis] = size
     out = dsl.hbm_tensor(tuple(shape), out_dtype, name="out")
-    ov = out.permute(*out_axes)[(slice(None), *unit)]
-    cb = co // batch_groups
-    itemsize = 2 if x.dtype == "bf16" else 4
-    if g.pixel_mode and nb == 1 and co == batch_groups and g.padded[0] * g.padded[1] * itemsize <= DEPTHWISE_IMAGE:
+    # NOTE: results store channel-major (DMA transposes): a 1-byte result goes through an fp32/int32 copy in HBM
+    wide = out if DTYPES[out_dtype].itemsize in DMA_TRANSPOSE_ITEMSIZES else \
+        dsl.hbm_tensor(tuple(shape), _transposable(out_dtype, "fp32"), name="out_wide")
+    ov = wide.permute(*out_axes)[(slice(None), *unit)]
+    _mappings(xv, wv, ov, g, depth, batch_groups)
+    if wide is not out:
+        _copy_in_pieces(out, wide)
+    return out
+
+
+def _mappings(xv: Tensor, wv: Tensor, ov: Tensor, g: Geometry, depth: Depth, batch_groups: int) -> None:
+    """Run the convolution of canonical 5-D views (``g``: of one batch group) in its mapping (module docstring)."""
+    n, ci, co, nb = xv.shape[0], g.ci, g.co * batch_groups, g.n
+    cb, feature_groups = g.co, g.groups
+    if g.pixel_mode and nb == 1 and co == batch_groups and \
+            g.padded[0] * g.padded[1] * DTYPES[g.load].itemsize <= DEPTHWISE_IMAGE:
         depthwise_gradient(xv, wv, ov, replace(g, n=n, co=co), depth)
-        return out
+        return
     if g.pixel_mode and batch_groups > 1 and 2 * nb <= dsl.tile_size().pmax:  # small groups: one contraction
         pixel_contract(xv, wv, ov, replace(g, n=n, co=co), depth, batch_groups)
-        return out
+        return
     for k in range(batch_groups):  # each batch group its own convolution (JAX's grouped weight gradient)
         xk, wk, ok = xv[k * nb : (k + 1) * nb], wv[..., k * cb : (k + 1) * cb], ov[..., k * cb : (k + 1) * cb]
         if not g.pixel_mode:
-            dense(xk, wk, ok, g, depth, out_dtype)
+            dense(xk, wk, ok, g, depth, ov.dtype)
             continue
         cig, cog = ci // feature_groups, cb // feature_groups
         one = replace(g, ci=cig, co=cog, groups=1)
         for f in range(feature_groups):  # NOTE: a grouped forward with a window larger than its output
             pixel_contract(xk[..., f * cig : (f + 1) * cig], wk[..., f * cog : (f + 1) * cog],
                            ok[..., f * cog : (f + 1) * cog], one, depth)
-    return out
+
+
+def _transposable(dtype: str, wider: str) -> str:
+    """``dtype`` if a DMA transposes it (2- and 4-byte types, ``reference/neuron.md`` §1.3), else ``wider`` (a
+    float of that size) or int32 for an integer: a type that holds its values exactly."""
+    d = DTYPES[dtype]
+    if d.itemsize in DMA_TRANSPOSE_ITEMSIZES:
+        return dtype
+    return "int32" if d.kind == "int" else wider
+
+
+def _copy_in_pieces(dst: Tensor, src: Tensor) -> None:
+    """``dst = src`` (casting) HBM to HBM, in blocks of its first axis on up to ``MAX_PIECES`` queues (each
+    block's rows at most ``DMA_COUNT`` elements: else a copy a member of the first axis)."""
+    rows, per_row = src.shape[0], math.prod(src.shape[1:])
+    if per_row > DMA_COUNT:
+        for i in range(rows):
+            _copy_in_pieces(dst[i], src[i])
+        return
+    for r0, rn in blocks(rows, -(-rows // MAX_PIECES)):
+        dsl.dma_copy(dst[r0 : r0 + rn], src[r0 : r0 + rn])
+
+
+def _widened(x: Tensor, dtype: str) -> Tensor:
+    """``x`` cast to ``dtype`` in HBM: one pass of contiguous DMAs, after which its channel-major loads are DMA
+    transposes (a 1-byte or casting transpose would move one element a descriptor)."""
+    wide = dsl.hbm_tensor(x.shape, dtype, name="x_wide")
+    _copy_in_pieces(wide, x)
+    return wide
 
 
 def conv2d(x: ArrayLike, w: ArrayLike, dtype: str = "fp32", *, stride: Sequence[int] | None = None,
