@@ -7,6 +7,7 @@ the analytic cost; large batches are sampled; the conformance corpus's pooling f
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -213,3 +214,21 @@ def test_conformance_pooling_files_pass_and_most_are_kernels() -> None:
             continue
         pooled += any(s.kernel == "pool" for s in _pool_steps(program))  # type: ignore[arg-type]
     assert pooled >= 27     # of 32 the compiler takes: 3-D windows, 8-/16-bit integers, select_and_gather
+
+
+@pytest.mark.parametrize("dtype", [jnp.int32, jnp.uint32])
+@pytest.mark.parametrize("window,stride,kernel", [(2, 2, True), (3, 2, False)])
+def test_32_bit_integer_select_and_scatter(dtype: Any, window: int, stride: int, kernel: bool) -> None:
+    """Windows that do not overlap are the gradient kernel (exact halves); overlapping ones would sum int32
+    shares, which fp32 does not hold: the analytic cost."""
+    from jax._src.lax.windowed_reductions import _select_and_scatter_add
+
+    def grad(src: jax.Array, x: jax.Array) -> jax.Array:
+        return _select_and_scatter_add(src, x, jax.lax.ge_p, (1, window, window, 1), (1, stride, stride, 1),
+                                       ((0, 0),) * 4)
+
+    out = (16 - window) // stride + 1
+    args = [jax.ShapeDtypeStruct((2, out, out, 8), dtype), jax.ShapeDtypeStruct((2, 16, 16, 8), dtype)]
+    program = trnsim.compile(jax.jit(grad).lower(*args), cache=False)
+    (step,) = _pool_steps(program)
+    assert (step.kernel == "pool") == kernel

@@ -188,3 +188,28 @@ def test_short_rows_pack_a_partition_and_are_sampled_by_tiles(monkeypatch: pytes
 def test_other_sorts_keep_the_analytic_cost(fn: Any, shape: tuple[int, ...], dtype: Any) -> None:
     program = _plan(fn, (shape, dtype))
     assert {s.kernel for s in program.plan.steps if "sort" in s.ops} == {"gpsimd_sort"}
+
+
+@pytest.mark.parametrize("dtype,dsl", [(jnp.int32, "int32"), (jnp.uint32, "uint32"), (jnp.int16, "int16"),
+                                       (jnp.uint8, "uint8")])
+def test_integer_top_k_is_the_topk_kernel(dtype: Any, dsl: str) -> None:
+    """The legalized sort compares integers GT as their type orders (no TOTALORDER): still the top-k kernel,
+    exact for 32-bit values fp32 cannot tell apart."""
+    program = _plan(lambda x: jax.lax.top_k(x, 5), ((4, 30, 64), dtype))
+    (step,) = [s for s in program.plan.steps if "sort" in s.ops]
+    assert step.kernel == "topk" and step.ops == ["iota", "sort"]
+    assert step.seconds == selection.topk_time("trn3", selection.TopK(120, 64, 5, dsl)).seconds
+    info = jnp.iinfo(dtype)
+    rng = np.random.default_rng(1)
+    base = np.array([info.min, info.max, 2**24 % (int(info.max) + 1), 0, 1, 7], np.int64)
+    x = rng.choice(np.concatenate([base, base + 1]).clip(int(info.min), int(info.max)), (4, 30, 64)).astype(dtype)
+    got = trnsim.jit(lambda v: jax.lax.top_k(v, 5))(x)
+    ref = jax.lax.top_k(x, 5)
+    assert all(np.array_equal(np.asarray(g), np.asarray(r)) for g, r in zip(got, ref, strict=True))
+
+
+def test_long_int32_rows_keep_the_analytic_cost() -> None:
+    from trnsim.kernels.selection import MAX_SPLIT_ROW
+
+    program = _plan(lambda x: jax.lax.top_k(x, 5), ((2, MAX_SPLIT_ROW + 1), jnp.int32))
+    assert [s.kernel for s in program.plan.steps if "sort" in s.ops] != ["topk"]

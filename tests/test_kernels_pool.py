@@ -313,3 +313,32 @@ def test_bad_windows_and_operands_are_kernel_errors(call: Any, message: str) -> 
     with pytest.raises(KernelError) as err:
         call()
     assert message in err.value.render() and "kernels.pool" in err.value.render()
+
+
+@settings(max_examples=20, deadline=None)
+@given(windows(dilation=False), st.sampled_from(["GE", "GT", "LE", "LT"]), st.sampled_from([np.int32, np.uint32]),
+       st.integers(0, 2**31))
+def test_32_bit_integer_gradients_are_exact(w: dict[str, list[int]], select: str, dtype: type, seed: int) -> None:
+    """Windows that do not overlap (stride ≥ size): values a few apart above 2**24, which fp32 cannot tell
+    apart, select as jax does, and every share arrives bit for bit."""
+    size, stride = w["size"], [max(s, k) for s, k in zip(w["stride"], w["size"], strict=True)]
+    pad = [(0, 0)] * len(size)
+    shape = w["shape"]
+    if any(n < k for n, k in zip(shape, size, strict=True)):
+        return
+    rng = np.random.default_rng(seed)
+    info = np.iinfo(dtype)
+    base = rng.integers(info.min, info.max, 4, dtype=np.int64, endpoint=True)
+    base = np.concatenate([base, base + 1, base - 1, [2**24, 2**24 + 1, info.min, info.max]])
+    x = np.clip(rng.choice(base, shape), info.min, info.max).astype(dtype)
+    src = rng.integers(info.min, info.max, _out_shape(shape, size, stride, pad), dtype=np.int64,
+                       endpoint=True).astype(dtype)
+    got = select_and_scatter(x, src, size, stride, pad, select=select, dtype=np.dtype(dtype).name)
+    want = scatter_reference(x.astype(np.int64), src.astype(np.int64), size, stride, pad, select)
+    assert np.array_equal(got.astype(np.int64), want.astype(np.int64))
+
+
+def test_32_bit_integers_over_overlapping_windows_are_refused() -> None:
+    x, src = np.zeros((1, 5, 5, 1), np.int32), np.zeros((1, 2, 2, 1), np.int32)
+    with pytest.raises(KernelError, match="32-bit integer shares are exact only where windows do not overlap"):
+        select_and_scatter(x, src, (1, 3, 3, 1), (1, 2, 2, 1), dtype="int32")

@@ -169,3 +169,34 @@ def test_topk_takes_negative_infinities_after_replaced_values_in_later_rounds() 
     v, i = topk(x, 20)
     rv, ri = _reference(x, 20)
     assert _same_bits(v, rv) and np.array_equal(i, ri) and i[0, -3:].tolist() == [5, 8, 9]
+
+
+INT_RANGES = {"int32": (-2**31, 2**31), "uint32": (0, 2**32), "int16": (-2**15, 2**15), "uint8": (0, 2**8)}
+
+
+@settings(max_examples=25, deadline=None)
+@given(rows=st.integers(1, 200), cols=st.integers(1, 300), k_frac=st.floats(0.0, 1.0),
+       dtype=st.sampled_from(list(INT_RANGES)), near=st.booleans(), seed=st.integers(0, 2**16))
+def test_integer_topk_equals_jax_top_k(rows: int, cols: int, k_frac: float, dtype: str, near: bool, seed: int) -> None:
+    """Values and indices exactly, over the whole range with many ties; ``near``: values a few apart above
+    2**24 (and at the type's ends), which fp32 cannot tell apart, and equal halves with different low halves."""
+    k = max(1, min(cols, round(k_frac * min(cols, 30))))
+    rng = np.random.default_rng(seed)
+    lo, hi = INT_RANGES[dtype]
+    base = rng.integers(lo, hi, 5, dtype=np.int64)
+    if near:
+        base = np.concatenate([base, base + 1, base - 1, base + 65536, [lo, hi - 1, 2**24, 2**24 + 1, -1, 0]])
+    x = np.clip(rng.choice(base, (rows, cols)), lo, hi - 1).astype(np.dtype(dtype))
+    v, i = topk(x, k)
+    rv, ri = _reference(x, k)
+    assert np.array_equal(v, rv.astype(np.int64)) and np.array_equal(i, ri)
+
+
+def test_int32_topk_rounds_and_limits() -> None:
+    """32-bit rows take more instructions a round (the key), k > 8 replaces between rounds; long rows fail."""
+    x = np.zeros((128, 512), np.int32)
+    program = topk_kernel.compile(x, k=20).program
+    kinds = [type(i).__name__ for i in program.streams["vector"]]
+    assert kinds.count("Max8") == 6 and kinds.count("FindIndex8") == 3 and kinds.count("MatchReplace8") == 2
+    with pytest.raises(KernelError, match=f"at most {topk_module.MAX_SPLIT_ROW} values"):
+        topk_kernel.compile(np.zeros((2, topk_module.MAX_SPLIT_ROW + 1), np.int32), k=2)

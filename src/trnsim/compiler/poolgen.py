@@ -7,7 +7,10 @@ dilation, no negative padding, and a window along axes within three adjacent one
 arrays, 3-D pools of volumes and video on NDHWC, two windowed axes one apart) runs as ``pool_kernel``; a
 ``select_and_scatter`` of such a type and window whose select is one ``compare`` ``GE``/``GT``/``LE``/``LT``
 of its arguments in order (FLOAT, or SIGNED/UNSIGNED as the integer type: ``COMPARE_TYPE``) and whose
-scatter is one ``add`` (what ``jax.grad`` of a max pool emits) runs as ``pool_grad_kernel``; a two-operand
+scatter is one ``add`` (what ``jax.grad`` of a max pool emits) runs as ``pool_grad_kernel``, as does one of
+32-bit integers (``SPLIT_INTS``: compared as two exact 16-bit halves) whose windows do not overlap, with init 0
+(an element gets one share: overlapping windows would sum int32 shares, which fp32 does not hold exactly, and
+keep the analytic cost); a two-operand
 ``reduce_window`` of (value, tangent) pairs of one float type whose body keeps the pair one FLOAT compare
 picks (``select_and_gather_add``, the JVP of a max pool: ``_gather_select``) runs as ``pool_gather_kernel``
 (its tangents; the values' output, which the JVP does not read, is not timed). The step's time
@@ -42,7 +45,9 @@ DSL_DTYPE = {"f32": "fp32", "bf16": "bf16", "f16": "fp16"}
 # int32 and wrapped as StableHLO's: ``kernels.pool.WRAP``) and their select_and_scatter run as the kernels
 # too; the init is then the type's limit, not ±inf (padding with it)
 EXACT_INTS = {"i8": "int8", "ui8": "uint8", "i16": "int16", "ui16": "uint16"}
-COMPARE_TYPE = {"i8": "SIGNED", "i16": "SIGNED", "ui8": "UNSIGNED", "ui16": "UNSIGNED"}    # else FLOAT
+SPLIT_INTS = {"i32": "int32", "ui32": "uint32"}    # select_and_scatter of disjoint windows only (module docstring)
+COMPARE_TYPE = {"i8": "SIGNED", "i16": "SIGNED", "ui8": "UNSIGNED", "ui16": "UNSIGNED", "i32": "SIGNED",
+                "ui32": "UNSIGNED"}    # else FLOAT
 REDUCE_OP = {"add": "add", "maximum": "max", "minimum": "min"}     # reduce_window body → pool_kernel op
 SAMPLE_BANDS = 256     # bands of the smaller sample: two tiles of 128
 # NOTE: a window of thousands of taps (jnp.cumsum's reduce_window on the CPU lowering: the whole axis, padded
@@ -152,17 +157,19 @@ def _pool(node: Node) -> Pool | None:
 
 def _scatter(node: Node) -> Pool | None:
     """``pool_grad_kernel``'s arguments for a select_and_scatter."""
-    from trnsim.kernels.pool import MAX_INT_TERMS, SELECT
+    from trnsim.kernels.pool import MAX_INT_TERMS, SELECT, Scatter
 
     x, source, init_v = node.inputs
     select = _compare(node.regions[0], x.type.dtype)
     init = _scalar_constant(init_v)
-    dtype = DSL_DTYPE.get(x.type.dtype) or EXACT_INTS.get(x.type.dtype)
+    dtype = DSL_DTYPE.get(x.type.dtype) or EXACT_INTS.get(x.type.dtype) or SPLIT_INTS.get(x.type.dtype)
     if (select not in SELECT or simple_combiner(node.regions[1]) != "add" or init is None or dtype is None
             or source.type.dtype != x.type.dtype or not np.isfinite(init)):
         return None
     win = _window(node, x, [1] * len(x.type.shape))
     if win is None or (x.type.dtype in EXACT_INTS and math.prod(win.size) * win.depth.size > MAX_INT_TERMS):
+        return None
+    if x.type.dtype in SPLIT_INTS and not Scatter.of(win, dtype, dtype, init).disjoint:
         return None
     return Pool(win.shape, win.size, win.stride, win.pad, win.dilation, dtype, "add", init, select,
                 depth=win.depth)

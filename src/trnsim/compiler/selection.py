@@ -3,9 +3,10 @@ variadic reduce of ``jnp.argmax`` / ``jnp.argmin``, lowered to ``argmax_kernel``
 
 jaxlib legalizes ``chlo.top_k(x, k)`` (what ``jax.lax.top_k`` emits) into a stable ``sort`` of ``x`` and an
 ``iota`` along the last axis, compared ``GT`` in the total order, and two ``slice``s of the first ``k``
-columns. When every read of such a sort's results is one of those slices, the step is the top-k kernel
-(``trnsim.kernels.selection``: ⌈k/8⌉ rounds of VectorE's max8 / find_index8 / match_replace8 per tile of
-128 rows), timed by the instruction-level model.
+columns (integers: compared ``GT`` as the type's SIGNED / UNSIGNED order). When every read of such a sort's
+results is one of those slices, the step is the top-k kernel (``trnsim.kernels.selection``: ⌈k/8⌉ rounds of
+VectorE's max8 / find_index8 / match_replace8 per tile of 128 rows; 32-bit integers as two exact 16-bit
+halves, rows of at most ``MAX_SPLIT_ROW``), timed by the instruction-level model.
 
 Any other ``sort`` whose comparator is one JAX emits (``lax.sort`` / ``jnp.sort`` / ``jnp.argsort``: keys
 lexicographic, floats canonical in the total order, integers SIGNED / UNSIGNED; ``_comparator``) over
@@ -36,6 +37,9 @@ from trnsim.compiler.kernel_timing import TileTime, extrapolate, linear_fit, tim
 from trnsim.ir.graph import Graph, Node
 
 DSL_DTYPE = {"f32": "fp32", "bf16": "bf16", "f16": "fp16"}
+# the dtypes the top-k kernel orders exactly (32-bit integers as two halves) → DSL dtype
+TOPK_DTYPES = {**DSL_DTYPE, "i32": "int32", "ui32": "uint32", "i16": "int16", "ui16": "uint16", "i8": "int8",
+               "ui8": "uint8"}
 PARTITIONS = 128
 SAMPLE_TILES = 16
 
@@ -53,20 +57,21 @@ class TopK:
 def topk_for(sort: Node, consumers: dict[int, list[Node]], results: set[int]) -> TopK | None:
     """The top-k that ``sort`` computes, if it is the legalized ``chlo.top_k`` and only its first ``k``
     columns are read (module docstring); else None."""
-    from trnsim.kernels.selection import MAX_ROW
+    from trnsim.kernels.selection import MAX_ROW, MAX_SPLIT_ROW, SPLIT_KEYS
 
     if sort.op != "sort" or len(sort.inputs) != 2 or not sort.attrs.get("is_stable", False):
         return None
     values, index = sort.inputs
     shape = values.type.shape
     axis = len(shape) - 1
-    dtype = DSL_DTYPE.get(values.type.dtype)
-    if axis < 0 or sort.attrs.get("dimension") != axis or dtype is None or not 1 <= shape[-1] <= MAX_ROW:
+    dtype = TOPK_DTYPES.get(values.type.dtype)
+    longest = MAX_SPLIT_ROW if dtype in SPLIT_KEYS else MAX_ROW
+    if axis < 0 or sort.attrs.get("dimension") != axis or dtype is None or not 1 <= shape[-1] <= longest:
         return None
     src = index.producer
     if src is None or src.op != "iota" or src.attrs.get("iota_dimension") != axis or index.type.dtype != "i32":
         return None
-    if not _descending(sort):
+    if not _descending(sort, values.type.dtype):
         return None
     k = 0
     for out in sort.outputs:
@@ -81,14 +86,16 @@ def topk_for(sort: Node, consumers: dict[int, list[Node]], results: set[int]) ->
     return TopK(math.prod(shape[:-1]), shape[-1], k, dtype) if k else None
 
 
-def _descending(sort: Node) -> bool:
-    """The comparator is one total-order ``GT`` of the first operand's pair (``lhs0 > rhs0``)."""
+def _descending(sort: Node, dtype: str) -> bool:
+    """The comparator is one ``GT`` of the first operand's pair (``lhs0 > rhs0``): in the total order for
+    floats, as the integer type orders (its compare type, or none: the type's default) for integers."""
     (region,) = sort.regions or (None,)
     if region is None or len(region.nodes) != 1 or len(region.params) != 4:
         return False
     (cmp,) = region.nodes
+    kinds = ("TOTALORDER",) if dtype in FLOAT_TYPES else (None, COMPARE_TYPE[dtype])
     return (cmp.op == "compare" and cmp.attrs.get("comparison_direction") == "GT"
-            and cmp.attrs.get("compare_type") == "TOTALORDER"
+            and cmp.attrs.get("compare_type") in kinds
             and [v.id for v in cmp.inputs] == [region.params[0].id, region.params[1].id]
             and [v.id for v in region.results] == [cmp.out.id])
 

@@ -47,6 +47,12 @@ from trnsim.kernels.pool_window import Window as Window
 from trnsim.kernels.pool_window import canonical as canonical
 
 
+def _values(x: ArrayLike) -> NDArray[np.float32] | NDArray[np.int64]:
+    """``x`` as float32, or as int64 when it holds integers (a 32-bit integer is not exact in float32)."""
+    arr = np.asarray(x)
+    return arr.astype(np.int64) if arr.dtype.kind in "iu" else arr.astype(np.float32)
+
+
 def _window_args(rank: int, size: Sequence[int], stride: Sequence[int] | None, pad: Sequence[Pair] | None,
                  dilation: Sequence[int] | None) -> tuple[list[int], list[int], list[Pair], list[int]]:
     """The window's sizes, strides, paddings and dilations, one per axis of a rank-``rank`` operand (checked:
@@ -131,14 +137,14 @@ def select_and_gather(x: ArrayLike, tangent: ArrayLike, size: Sequence[int], str
 
 def select_and_scatter(x: ArrayLike, source: ArrayLike, size: Sequence[int], stride: Sequence[int] | None = None,
                        pad: Sequence[Pair] | None = None, *, select: str = "GE", init: float = 0.0,
-                       dtype: str | None = None, target: str = "trn3") -> NDArray[np.float32]:
+                       dtype: str | None = None, target: str = "trn3") -> NDArray[np.float32] | NDArray[np.int64]:
     """StableHLO ``select_and_scatter(x, source, init)`` with ``compare select`` and ``add`` (the gradient
     of a max pool: ``source`` goes to each window's first maximum) on a simulated NeuronCore.
 
         >>> select_and_scatter([[1.0, 3.0, 3.0, 2.0]], [[10.0, 20.0]], (1, 2), (1, 2)).tolist()
         [[0.0, 10.0, 20.0, 0.0]]
     """
-    arr, src = np.asarray(x, np.float32), np.asarray(source, np.float32)
+    arr, src = _values(x), _values(source)
     sizes, strides, pads, _ = _window_args(arr.ndim, size, stride, pad, None)
     _same_shape("a source", src.shape, _out_shape(arr.shape, sizes, strides, pads, [1] * arr.ndim))
     win = _canonical_or_raise(arr.shape, sizes, strides, pads, [1] * arr.ndim)

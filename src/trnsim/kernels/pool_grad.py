@@ -18,6 +18,13 @@ windows overlap, the sums are fp32 on GpSimd while VectorE selects (``Scatter``)
 exactly, the gradient overwrites the input in its tile. Integer shares (8- and 16-bit: their compares are
 exact in fp32) are summed in int32 and wrapped at the store.
 
+32-bit integers are not exact in fp32 (it rounds above 2**24): they compare as two exact halves, ``hi = x >> 16``
+and ``lo = x & 0xFFFF`` (the selection kernels' technique), the window's largest pair found as ``m = max hi``,
+then ``c = max (hi == m) · (lo + 1)`` over the taps (the smallest: ``min``, and ``lo - 65536``), a tap hit where
+its own ``c`` equals it; their shares are copied through fp32 views of their bits (a select's value would round).
+Only windows that do not overlap (``Scatter.disjoint``) take them: an element then gets one share or none, where
+overlapping windows sum shares, and an int32 sum would need 32-bit integer adds the fp32 ALU does not have.
+
 NOTE: padding is filled with -inf (+inf for LE/LT) and may be selected where every element of a window is
 -inf, which the reference never selects; a window holding NaN matches no tap and gives no gradient (the
 reference gives it to one element). Finite inputs are exact.
@@ -48,6 +55,8 @@ from trnsim.kernels.pool_window import (
     sum_dtype,
     wrap_sums,
 )
+
+SPLIT = ("int32", "uint32")     # compared as two 16-bit halves; shares copied as bits (module docstring)
 
 
 @dataclass(frozen=True)
@@ -94,6 +103,7 @@ class Scatter:
         window's included."""
         windows, planes = self.planes
         isz, ssz, gsz = itemsize(self.x_dtype), itemsize(self.source_dtype), itemsize(self.dtype)
+        isz *= 3 if self.x_dtype in SPLIT else 1        # the values and their two fp32 halves
         (oh, ow), (hp, wp), (sh, sw) = self.win.out, self.win.padded, self.win.stride
 
         def loaded(r: int, q: int) -> int:      # bytes a channel: the input and the source
@@ -132,6 +142,11 @@ def pool_grad_kernel(x: Tensor, source: Tensor, *, size: Pair, stride: Pair = (1
     if source.shape != (n * od, oh, ow, c):
         fail(f"a source of {source.shape} for windows over {x.shape}", f"give a source of {(n * od, oh, ow, c)}")
     lay = Scatter.of(win, x.dtype, source.dtype, init)
+    split = x.dtype in SPLIT
+    if split and not (lay.disjoint and source.dtype in SPLIT):
+        fail(f"select_and_scatter of {x.dtype} over overlapping {size} windows (strides {stride}) or init {init}",
+             "32-bit integer shares are exact only where windows do not overlap and init is 0 (an element gets "
+             "one share): use stride ≥ window, or a float type")
     reduce_op, backwards = SELECT[select]
     (pt, _), (pl, _) = pad
     sh, sw, sd = *stride, depth.stride
@@ -182,6 +197,7 @@ def pool_grad_kernel(x: Tensor, source: Tensor, *, size: Pair, stride: Pair = (1
     loads = [partial(load, *item) for item in work]
     for j, ((q, p0, pn, c0, cc), (xt, src)) in enumerate(zip(work, prefetch(loads, plan.depth), strict=True)):
         grad = xt if in_place else grads[j % 2][:pn, :, :, :cc]
+        halves = _halves(xt, reduce_op) if split else None
         for p in range(0 if in_place else planes):
             for r0, r1, k0, k1 in strips:
                 dsl.memset(grad[:, p * t_rows + r0 : p * t_rows + r1, k0:k1, :], init, engine="gpsimd")
@@ -191,12 +207,31 @@ def pool_grad_kernel(x: Tensor, source: Tensor, *, size: Pair, stride: Pair = (1
             at = [(wi * sd + kd * depth.dilation) * t_rows for kd, _, _ in taps]     # each tap's plane
             views = [tap_view(xt[:, a : a + t_rows], win, ky, kx, wr, wc, pn)
                      for a, (_, ky, kx) in zip(at, taps, strict=True)]
+            pairs = None
+            if halves is not None:
+                pairs = [[tap_view(h[:, a : a + t_rows], win, ky, kx, wr, wc, pn) for h in halves]
+                         for a, (_, ky, kx) in zip(at, taps, strict=True)]
+                views = [v for v, _ in pairs]
             best = views[0] if len(views) == 1 else dsl.tensor_tensor(views[0], views[1], reduce_op)
             for v in views[2:]:
                 dsl.tensor_tensor(best, v, reduce_op, out=best)
+            low = None
+            if pairs is not None:       # the best lo among the taps holding the best hi (module docstring)
+                picks = [dsl.tensor_tensor(dsl.tensor_tensor(h, best, "eq"), lo, "mul") for h, lo in pairs]
+                low = picks[0] if len(picks) == 1 else dsl.tensor_tensor(picks[0], picks[1], reduce_op)
+                for c in picks[2:]:
+                    dsl.tensor_tensor(low, c, reduce_op, out=low)
+                del picks
             for k, (a, tap, v) in enumerate(zip(at, taps, views, strict=True)):
-                hit = dsl.tensor_tensor(v, best, "eq")
                 target = tap_view(grad[:, a : a + t_rows], win, tap[1], tap[2], wr, wc, pn)
+                if pairs is not None and low is not None:
+                    h, lo = pairs[k]
+                    hit = dsl.tensor_tensor(dsl.tensor_tensor(dsl.tensor_tensor(h, best, "eq"), lo, "mul"), low, "eq")
+                    dsl.where(hit, rem.bitcast("fp32"), z.bitcast("fp32"), out=target.bitcast("fp32"))
+                    if k + 1 < len(taps):
+                        dsl.where(hit, z.bitcast("fp32"), rem.bitcast("fp32"), out=rem.bitcast("fp32"))
+                    continue
+                hit = dsl.tensor_tensor(v, best, "eq")
                 if disjoint:
                     dsl.where(hit, rem, z, out=target)
                 elif tap in writes:     # (ScalarE widens the share to fp32: VectorE is the busiest engine)
@@ -213,8 +248,18 @@ def pool_grad_kernel(x: Tensor, source: Tensor, *, size: Pair, stride: Pair = (1
             if moves:
                 a = (depth.lead * sd + p) * t_rows
                 own = grad[:, a : a + t_rows]
-                if grad_dtype == "int32":
+                if grad_dtype == "int32" and not split:
                     own = wrap_sums(own, out_dtype or x.dtype)
                 store_tile(out[:, :, :, c0 : c0 + cc], own, moves, rows * sh, lead_r * sh,
                            q * cols * sw - pl, cols * sw, lead_c * sw)
     return out
+
+
+def _halves(xt: Tensor, reduce_op: str) -> tuple[Tensor, Tensor]:
+    """The exact fp32 halves of a tile of 32-bit integers (module docstring): ``x >> 16``, and ``(x & 0xFFFF) +
+    1`` for a max (``- 65536`` for a min: a tap whose hi is not the best then gives 0, below / above them)."""
+    shift = 1.0 if reduce_op == "max" else -65536.0
+    hi = dsl.tensor_scalar(xt, "shr", 16.0, dtype="fp32")
+    lo = dsl.tensor_scalar(xt, "and", 65535.0, dtype="fp32", engine="gpsimd")
+    dsl.tensor_scalar(lo, "add", shift, out=lo, engine="gpsimd")
+    return hi, lo

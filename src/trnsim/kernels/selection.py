@@ -12,6 +12,9 @@ results. A row shorter than 8 is padded with -inf after its values (their indice
 NOTE: a row that itself holds a negative NaN with the quiet bit set (fp32 0xFFC00000, -NaN of the
 replacement) may, in a later round, report a replaced position for it; every other value is exact.
 
+Integers of ≤ 16 bits are exact in the fp32 tile as they are. 32-bit integers are not (fp32 rounds above
+2**24): their rounds run on two exact halves, ``hi = x >> 16`` and ``lo = x & 0xFFFF`` (``_topk_split``).
+
 Argmax (``argmax_kernel``) is one max8 + find_index8 round on keys whose largest is the answer (NaNs one
 canonical +NaN, -0.0 folded into +0.0, argmin negated, 32-bit integers as two 16-bit halves), per chunk
 of a row, the chunks (and the partitions a few long rows are spread over) merged by the same instructions.
@@ -36,6 +39,10 @@ from trnsim.kernels.layout import prefetch, prefetch_depth
 
 MAX_ROW = 16384  # values per row kept in one tile: 64 KiB of fp32 per partition (a third of trn3's SBUF row)
 TAKEN = float("-nan")  # what match_replace8 leaves where a value was taken
+# 32-bit integers' top-k (_topk_split) keeps five fp32 rows (hi, lo, key, a mask, the raw values) a partition
+MAX_SPLIT_ROW = MAX_ROW // 4
+TAKEN_HI = float(1 << 20)   # taken from a taken value's hi: below every real hi (≥ -2**15), exact in fp32
+PAD_HI = -float(1 << 21)    # the hi of padding past a short row: below every value, taken or not
 
 
 @dsl.kernel
@@ -49,6 +56,12 @@ def topk_kernel(x: Tensor, *, k: int) -> tuple[Tensor, Tensor]:
         fail(f"rows of {cols} values", f"top-k keeps a row in one tile: at most {MAX_ROW} values")
     values = dsl.hbm_tensor((rows, k), x.dtype, name="values")
     indices = dsl.hbm_tensor((rows, k), "int32", name="indices")
+    if x.dtype in SPLIT_KEYS:
+        if cols > MAX_SPLIT_ROW:
+            fail(f"rows of {cols} {x.dtype} values", f"top-k of 32-bit integers keeps a row's halves, its keys and "
+                 f"their masks in one tile: at most {MAX_SPLIT_ROW} values")
+        _topk_split(x, values, indices, k)
+        return values, indices
     width = max(cols, SELECT_WIDTH)
     for r0, rn in blocks(rows, dsl.tile_size().pmax):
         work = dsl.sbuf((rn, width), "fp32")
@@ -64,6 +77,67 @@ def topk_kernel(x: Tensor, *, k: int) -> tuple[Tensor, Tensor]:
             dsl.store(values[r0 : r0 + rn, j0 : j0 + take], dsl.copy(vals[:, :take], dtype=x.dtype))
             dsl.store(indices[r0 : r0 + rn, j0 : j0 + take], dsl.copy(idx[:, :take], dtype="int32"))
     return values, indices
+
+
+def _topk_split(x: Tensor, values: Tensor, indices: Tensor, k: int) -> None:
+    """``topk_kernel`` for 32-bit integers: each round picks the 8 lexicographically largest ``(hi, lo)``
+    (``hi = x >> 16`` signed for int32, ``lo = x & 0xFFFF``: both exact in fp32) through one exact fp32 key::
+
+        h8   = max8(hi)                               the 8 largest hi (repeats kept), h8[7] = t
+        rank = Σ_j [hi ≥ h8[j]]                       0 below t; else 8 - (first j with h8[j] = hi):
+        key  = rank · 65536 + lo                      strictly increasing in hi among hi ≥ t, < 2**20
+        vals = max8(key);  idx = find_index8(key, vals)
+
+    The 8 largest x all have ``hi ≥ t`` (8 values do), and on those the key orders as x itself, so ``vals``
+    are the 8 largest x, ties (equal keys: equal x) in index order. A value comes back from its key:
+    ``lo = key mod 65536`` and ``hi = h8[8 - rank]``, then ``(hi << 16) | lo`` in the integer ALU. Taken
+    values leave the next rounds by ``match_replace8(key, vals, -1)`` and ``hi -= TAKEN_HI`` where the key
+    is -1 (exact in fp32: below every real hi, above the padding's ``PAD_HI``); a round never takes one
+    back before every remaining value (only the last round, when fewer than 8 remain, takes any).
+    """
+    rows, cols = x.shape
+    pmax = dsl.tile_size().pmax
+    width = max(cols, SELECT_WIDTH)
+    step = float(1 << 16)
+    # the one-hot of rank r at column i: r = 8 - i (a [P, 8, 8] broadcast of both, made once)
+    ranks = dsl.tensor_scalar(dsl.iota((pmax, SELECT_WIDTH), "fp32"), "mul", -step, "add", SELECT_WIDTH * step)
+    queues = itertools.cycle(range(LOAD_SPLIT))
+    for r0, rn in blocks(rows, pmax):
+        raw = dsl.sbuf((rn, cols), x.dtype)
+        dsl.load(raw, x[r0 : r0 + rn, :], queue=next(queues))
+        hi, lo = dsl.sbuf((rn, width), "fp32"), dsl.sbuf((rn, width), "fp32")
+        if width > cols:
+            dsl.memset(hi[:, cols:], PAD_HI)
+            dsl.memset(lo[:, cols:], 0.0, engine="gpsimd")
+        dsl.tensor_scalar(raw, "shr", 16.0, dtype="fp32", out=hi[:, :cols])
+        dsl.tensor_scalar(raw, "and", 65535.0, dtype="fp32", out=lo[:, :cols], engine="gpsimd")
+        dsl.release(raw)
+        eight = (rn, SELECT_WIDTH, SELECT_WIDTH)
+        for j0 in range(0, k, SELECT_WIDTH):
+            take = min(SELECT_WIDTH, k - j0)
+            h8 = dsl.max8(hi)
+            # NOTE: GpSimd makes the masks while VectorE sums them: the two engines overlap
+            key = dsl.tensor_scalar(hi, "ge", h8[:, :1], "mul", step, engine="gpsimd")
+            dsl.tensor_tensor(key, lo, "add", out=key)
+            for j in range(1, SELECT_WIDTH):
+                mask = dsl.tensor_scalar(hi, "ge", h8[:, j : j + 1], "mul", step, engine="gpsimd")
+                dsl.tensor_tensor(key, mask, "add", out=key)
+            vals = dsl.max8(key)
+            idx = dsl.find_index8(key, vals)
+            if j0 + SELECT_WIDTH < k:
+                dsl.match_replace8(key, vals, -1.0, out=key)
+                gone = dsl.tensor_scalar(key, "lt", 0.0, "mul", -TAKEN_HI)
+                dsl.tensor_tensor(hi, gone, "add", out=hi)
+            low = dsl.tensor_scalar(vals, "mod", step)
+            high = dsl.tensor_tensor(vals, low, "sub")
+            hot = dsl.tensor_tensor(high[:, :, None].broadcast_to(eight), ranks[:rn, None, :].broadcast_to(eight), "eq")
+            dsl.tensor_tensor(hot, h8[:, None, :].broadcast_to(eight), "mul", out=hot)
+            top = dsl.reduce("add", hot, dtype="int32", out=dsl.sbuf((rn, SELECT_WIDTH), "int32"))
+            shifted = dsl.tensor_scalar(top, "shl", 16.0, dtype=x.dtype)
+            value = dsl.tensor_tensor(shifted, dsl.copy(low, dtype=x.dtype), "or", dtype=x.dtype)
+            dsl.store(values[r0 : r0 + rn, j0 : j0 + take], value[:, :take], queue=next(queues))
+            dsl.store(indices[r0 : r0 + rn, j0 : j0 + take], dsl.copy(idx[:, :take], dtype="int32"),
+                      queue=next(queues))
 
 
 def topk(x: ArrayLike, k: int, dtype: str | None = None, *, target: str = "trn3") -> tuple[NDArray[np.float32],
