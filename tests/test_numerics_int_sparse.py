@@ -136,3 +136,15 @@ def test_packing_round_trip(bits: int, codes: np.ndarray) -> None:
     packed = pack_codes(codes, bits)
     assert len(packed) == -(-codes.size * bits // 8)
     assert np.array_equal(unpack_codes(packed, bits, codes.size), codes)
+
+
+@pytest.mark.parametrize("symmetric", [True, False])
+@pytest.mark.parametrize("fmt", ["int8", "int4"])
+def test_int_quantization_of_subnormal_ranges_keeps_a_nonzero_scale(fmt: str, symmetric: bool) -> None:
+    """A range of subnormals divided by the code range underflows to 0 in fp32: the scale is then the
+    smallest subnormal, so codes stay finite (no NaN cast) and values dequantize within half a step."""
+    x = np.array([[1e-45, -1e-45, 0.0, 4e-45], [2.8e-45, 0.0, -5.6e-45, 1e-45]], np.float32)
+    with np.errstate(divide="raise", invalid="raise"):  # (the scale's own underflow is the case tested)
+        q = tn.quantize_int(x, fmt, symmetric=symmetric)
+    assert (q.scale > 0).all()
+    assert np.abs(q.dequantize() - x).max() <= 0.5 * float(q.scale.max())

@@ -79,13 +79,21 @@ def _reduce_for(
 GRANULARITIES = ("tensor", "channel", "group")
 
 
+def _positive(scale: NDArray[Any]) -> NDArray[np.float32]:
+    """fp32 scales, none 0: a range of subnormals divided by the code range underflows to 0 in fp32, and
+    dividing by it would turn every code into a NaN cast; the smallest subnormal then codes those values
+    within half a step of it, as close as an fp32 scale can."""
+    tiny = np.finfo(np.float32).smallest_subnormal
+    return np.maximum(np.asarray(scale).astype(np.float32), tiny)
+
+
 def _scales(lo: NDArray[Any], hi: NDArray[Any], fmt: IntFormat, symmetric: bool) -> tuple[NDArray[Any], NDArray[Any]]:
     if symmetric:
         amax = np.maximum(np.abs(lo), np.abs(hi))
-        scale = np.where(amax > 0, amax / fmt.max, 1.0)
-        return scale.astype(np.float32), np.zeros(scale.shape, np.int32)
+        scale = _positive(np.where(amax > 0, amax / fmt.max, 1.0))
+        return scale, np.zeros(scale.shape, np.int32)
     lo, hi = np.minimum(lo, 0.0), np.maximum(hi, 0.0)  # the range always contains 0, so 0.0 is exact
-    scale = np.where(hi > lo, (hi - lo) / (fmt.max - fmt.min), 1.0).astype(np.float32)
+    scale = _positive(np.where(hi > lo, (hi - lo) / (fmt.max - fmt.min), 1.0))
     zp = np.clip(np.rint(fmt.min - lo / scale), fmt.min, fmt.max).astype(np.int32)
     return scale, zp
 
