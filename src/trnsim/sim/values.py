@@ -40,8 +40,10 @@ def decode_raw(raw: NDArray[Any], dtype: str) -> NDArray[np.float64]:
         vals = raw.astype(np.uint32).view(np.float32)
         if d.name == "tf32":
             vals = quantize_element(vals, float_format("tf32"), saturate=False)
-        return vals.astype(np.float64)
-    return decode(raw & ((1 << d.bits) - 1), _element(d)).astype(np.float64)
+        with np.errstate(invalid="ignore"):
+            return vals.astype(np.float64)
+    with np.errstate(invalid="ignore"):  # a signalling NaN widens to a quiet one, as the cast should
+        return decode(raw & ((1 << d.bits) - 1), _element(d)).astype(np.float64)
 
 
 def _bf16_to_fp32(raw: NDArray[Any]) -> NDArray[np.float32]:
