@@ -245,6 +245,30 @@ def test_canonicalize_folds_constant_math() -> None:
     np.testing.assert_allclose(folded.run(x)[0], ref, rtol=4 * F32_EPS, atol=0)
 
 
+def _pair_reduce(a: jax.Array, b: jax.Array) -> tuple[jax.Array, jax.Array]:
+    return lax.reduce((a, b), (jnp.float32(3), jnp.int32(0)),
+                      lambda x, y: (jnp.maximum(x[0], y[0]), jnp.minimum(x[1], y[1])), (0,))
+
+
+def test_canonicalize_splits_a_variadic_reduce_whose_results_combine_independently() -> None:
+    """``lax.reduce`` over a tuple with one combiner per operand becomes one reduce per operand (each an
+    ordinary reduction with a kernel; an unused one dead), with the same results; argmax's reducer, which
+    mixes its operands, stays whole."""
+    a, b = rand((37, 70), 3), np.random.default_rng(4).integers(-9, 9, (37, 70)).astype(np.int32)
+    program = compile_(lower(_pair_reduce, a, b))
+    assert program.passes[0].stats["split_reduces"] == 1
+    reduces = [n for n in program.graph.nodes if n.op == "reduce"]
+    assert [len(n.outputs) for n in reduces] == [1, 1]
+    assert all(s.kernel == "generated_elementwise" for s in program.plan.steps)
+    for got, want in zip(program.run(a, b), jax.jit(_pair_reduce)(a, b), strict=True):
+        np.testing.assert_array_equal(got, np.asarray(want))
+    first = compile_(lower(lambda a, b: _pair_reduce(a, b)[1], a, b))
+    assert [len(n.outputs) for n in first.graph.nodes if n.op == "reduce"] == [1]
+    argmax = compile_(lower(lambda a: jnp.argmax(a, axis=0), a))
+    assert argmax.passes[0].stats["split_reduces"] == 0
+    assert [len(n.outputs) for n in argmax.graph.nodes if n.op == "reduce"] == [2]
+
+
 def test_elementwise_chain_fuses_into_one_step_that_keeps_intermediates_in_sbuf() -> None:
     x = rand((256, 512), 7)
     program = compile_(lower(lambda x: jnp.exp(jnp.tanh(x) * 2.0 + 1.0) - x, x))

@@ -1,9 +1,15 @@
-"""canonicalize: fold constants, drop no-op reshapes/converts/transposes/broadcasts, remove dead code.
+"""canonicalize: fold constants, drop no-op reshapes/converts/transposes/broadcasts, split variadic reduces
+whose results combine independently, remove dead code.
 
 Folding evaluates a node whose inputs are all constants with the reference semantics, when its result has
 at most ``fold_limit`` elements and is no larger than its inputs (broadcasts of constants stay ops: the
 device makes them on chip), so compile time and artifacts stay small and folded values are bit-identical
 to what the device would compute.
+
+A variadic ``reduce`` whose reducer computes each result from its own accumulator and element alone (JAX's
+``lax.reduce`` over a tuple with one combiner per operand) is the same as one ``reduce`` per operand: split,
+each is an ordinary reduction the kernels take (and an unused one is dead code). Reducers that mix operands
+(argmax's value-and-index pairs) stay whole.
 """
 
 from __future__ import annotations
@@ -12,7 +18,7 @@ import numpy as np
 
 from trnsim.compiler.pipeline import PassContext
 from trnsim.compiler.rewrite import dead_code, substitute
-from trnsim.ir.graph import Graph, Node, Value
+from trnsim.ir.graph import Graph, Node, Value, free_values
 from trnsim.ir.interp import Interpreter
 
 _NO_FOLD = frozenset({"rng_bit_generator", "custom_call", "while", "case", "if", "optimization_barrier",
@@ -46,8 +52,16 @@ def canonicalize(graph: Graph, ctx: PassContext) -> Graph:
     interp = Interpreter()
     nodes: list[Node] = []
     folded = noops = 0
+    split = 0
     for node in graph.nodes:
         node.inputs = [mapping.get(v.id, v) for v in node.inputs]
+        parts = _split_reduce(node)
+        if parts is not None:
+            for old, part in zip(node.outputs, parts, strict=True):
+                mapping[old.id] = part.out
+            nodes.extend(parts)
+            split += 1
+            continue
         if _is_noop(node):
             mapping[node.out.id] = node.inputs[0]
             noops += 1
@@ -71,8 +85,41 @@ def canonicalize(graph: Graph, ctx: PassContext) -> Graph:
     graph.nodes = nodes
     substitute(graph, mapping)
     removed = dead_code(graph)
-    ctx.stats.update(folded=folded, noops=noops, dead=removed)
+    ctx.stats.update(folded=folded, noops=noops, dead=removed, split_reduces=split)
     return graph
+
+
+def _split_reduce(node: Node) -> list[Node] | None:
+    """One ``reduce`` per operand of a variadic ``reduce`` whose reducer's result ``j`` depends only on its
+    parameters ``j`` and ``n + j`` (accumulator and element of operand ``j``) through region nodes of its
+    own (module docstring), else None. Inputs are ``[x_0 .. x_n-1, init_0 .. init_n-1]``."""
+    n = len(node.outputs)
+    if node.op != "reduce" or n < 2 or len(node.regions) != 1:
+        return None
+    body = node.regions[0]
+    if len(body.params) != 2 * n or len(body.results) != n or free_values(body):
+        return None
+    producer = {v.id: nd for nd in body.nodes for v in nd.outputs}
+    owner: dict[int, int] = {}  # id(node) → the result whose cone it is in
+    for j, result in enumerate(body.results):
+        stack, allowed = [result], {body.params[j].id, body.params[n + j].id}
+        while stack:
+            v = stack.pop()
+            nd = producer.get(v.id)
+            if nd is None:
+                if v.id not in allowed:
+                    return None  # another operand's parameter (or the other result's)
+                continue
+            if owner.setdefault(id(nd), j) != j or nd.regions:
+                return None
+            stack.extend(nd.inputs)
+    parts = []
+    for j in range(n):
+        region = Graph([body.params[j], body.params[n + j]], [nd for nd in body.nodes if owner.get(id(nd)) == j],
+                       [body.results[j]], body.name)
+        parts.append(Node.make("reduce", [node.inputs[j], node.inputs[n + j]], [node.outputs[j].type],
+                               dict(node.attrs), [region], node.loc))
+    return parts
 
 
 def _empty_env():  # type: ignore[no-untyped-def]
