@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import trnsim
+from trnsim import kernels
 from trnsim.compiler import selection
 
 
@@ -97,9 +98,14 @@ def test_argmax_time_matches_the_kernel_and_is_sampled_for_many_rows() -> None:
         assert abs(sampled.seconds - whole.seconds) <= 0.02 * whole.seconds
 
 
+def _mixing(a: Any, b: Any) -> tuple[Any, Any]:
+    """A variadic reducer whose second result depends on both operands (an argmax with the last of equal
+    values, not jax's first): neither the argmax kernel's form nor one a canonicalisation splits."""
+    return jnp.maximum(a[0], b[0]), jnp.where(a[0] > b[0], a[1], b[1])
+
+
 @pytest.mark.parametrize("fn,dtype", [
-    (lambda x: jax.lax.reduce((x, jax.lax.broadcasted_iota(jnp.int32, x.shape, 1)), (-jnp.inf, 0),
-                              lambda a, b: (jnp.maximum(a[0], b[0]), jnp.minimum(a[1], b[1])), (1,))[1],
+    (lambda x: jax.lax.reduce((x, jax.lax.broadcasted_iota(jnp.int32, x.shape, 1)), (-jnp.inf, 0), _mixing, (1,))[1],
      jnp.float32),                                            # another variadic body
 ])
 def test_other_variadic_reduces_keep_the_analytic_cost(fn: Any, dtype: Any) -> None:
@@ -115,8 +121,7 @@ def test_the_positions_iota_is_absorbed_unless_something_else_reads_it() -> None
     assert ops == [["iota", "reduce"], ["iota", "sort"]]
     assert not [s for s in program.plan.steps if s.ops == ["iota"]]
     shared = _plan(lambda x: jax.lax.reduce((x, jax.lax.broadcasted_iota(jnp.int32, x.shape, 1)), (-jnp.inf, 0),
-                                            lambda a, b: (jnp.maximum(a[0], b[0]), jnp.minimum(a[1], b[1])), (1,)),
-                   ((64, 48), jnp.float32))
+                                            _mixing, (1,)), ((64, 48), jnp.float32))
     assert all(s.ops != ["iota", "reduce"] for s in shared.plan.steps)
 
 
@@ -213,3 +218,15 @@ def test_long_int32_rows_keep_the_analytic_cost() -> None:
 
     program = _plan(lambda x: jax.lax.top_k(x, 5), ((2, MAX_SPLIT_ROW + 1), jnp.int32))
     assert [s.kernel for s in program.plan.steps if "sort" in s.ops] != ["topk"]
+
+
+def test_bool_top_k_is_the_topk_kernel_on_the_bytes() -> None:
+    """A bool is its byte (0 or 1), false < true as unsigned bytes: the uint8 top-k kernel, run on the
+    bytes, gives lax.top_k's values and indices (ties lowest index first)."""
+    program = _plan(lambda x: jax.lax.top_k(x, 3), ((130, 9), jnp.bool_))
+    (step,) = [s for s in program.plan.steps if "sort" in s.ops]
+    assert step.kernel == "topk"
+    x = np.random.default_rng(5).random((130, 9)) > 0.6
+    values, indices = kernels.topk(x.astype(np.uint8), 3, "uint8")
+    ref = jax.lax.top_k(x, 3)
+    assert np.array_equal(values.astype(bool), np.asarray(ref[0])) and np.array_equal(indices, np.asarray(ref[1]))

@@ -39,7 +39,7 @@ from trnsim.ir.graph import Graph, Node
 DSL_DTYPE = {"f32": "fp32", "bf16": "bf16", "f16": "fp16"}
 # the dtypes the top-k kernel orders exactly (32-bit integers as two halves) → DSL dtype
 TOPK_DTYPES = {**DSL_DTYPE, "i32": "int32", "ui32": "uint32", "i16": "int16", "ui16": "uint16", "i8": "int8",
-               "ui8": "uint8"}
+               "ui8": "uint8", "i1": "uint8"}  # a bool is its byte, 0 or 1: false < true as unsigned bytes
 PARTITIONS = 128
 SAMPLE_TILES = 16
 
@@ -273,7 +273,7 @@ SAMPLE_POSITIONS = 65536   # positions of a row a partition the sort kernel's sa
 # rows longer than this keep the analytic cost
 FEW_ROWS_MAX_COLS = 256
 COMPARE_TYPE = {"i32": "SIGNED", "i16": "SIGNED", "i8": "SIGNED", "ui32": "UNSIGNED", "ui16": "UNSIGNED",
-                "ui8": "UNSIGNED"}
+                "ui8": "UNSIGNED", "i1": "UNSIGNED"}
 
 
 @dataclass(frozen=True)
