@@ -269,6 +269,17 @@ def test_canonicalize_splits_a_variadic_reduce_whose_results_combine_independent
     assert [len(n.outputs) for n in argmax.graph.nodes if n.op == "reduce"] == [2]
 
 
+def test_steps_whose_results_are_empty_cost_nothing() -> None:
+    """A pad or a product whose result has a zero-sized axis computes and moves nothing: an ``empty`` step of
+    no time (it was costed as a DMA or engine op of some microseconds), with the right shapes out."""
+    x = rand((2, 3), 8)
+    fn = lambda x: (lax.pad(x, 0.0, [(0, 0, 0), (-2, -3, 1)]), jnp.tanh(x[:, 2:2]) * 2.0)  # noqa: E731
+    program = compile_(lower(fn, x))
+    empty = [s for s in program.plan.steps if s.kernel == "empty"]
+    assert empty and all(s.seconds == 0 and s.dma_bytes == 0 for s in empty)
+    assert [o.shape for o in program.run(x)] == [(2, 0), (2, 0)]
+
+
 def test_elementwise_chain_fuses_into_one_step_that_keeps_intermediates_in_sbuf() -> None:
     x = rand((256, 512), 7)
     program = compile_(lower(lambda x: jnp.exp(jnp.tanh(x) * 2.0 + 1.0) - x, x))

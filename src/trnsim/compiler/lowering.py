@@ -183,7 +183,9 @@ def plan_graph(graph: Graph, ctx: PassContext, machine: costs.Machine) -> Plan:
         kernel_name: str = KERNEL_NAMES.get(kind) or str(kind)
         sub: list[Plan] = []
         tensor_op = next((n for n in members if n.op in ("dot_general", "convolution")), None)
-        if len(members) == 1 and (conv := convgen.conv_for(head)) is not None and \
+        if kind != "control" and all(v.type.size == 0 for n in members for v in n.outputs):
+            kernel_name = "empty"       # every result has a zero-sized axis: nothing to compute or move
+        elif len(members) == 1 and (conv := convgen.conv_for(head)) is not None and \
                 (convolved := _kernel_or_none(partial(convgen.conv_time, machine.target, conv), ctx,
                                               "conv_fallbacks")) is not None:
             # a 2-D convolution the library's conv kernel computes, timed by the instruction-level model
