@@ -30,40 +30,41 @@ Values that are not the iteration space's size are *materialised* where they are
   causal and one-hot masks;
 - a constant operand of ``select`` is a constant tile (``memset``).
 
-Steps whose operands are all block-invariant (constants, broadcast tables, masks whose period divides a tile) run
-once before the tile loop (phase ``pre``). Reductions over the *leading* axes (bias and norm-scale gradients
-``[B·T, C] → [C]``, the mean of a loss) accumulate on TensorE: each row tile ``x[rows, C]`` is the moving operand of
-a matmul against a 0/1 selection matrix ``S[rows, P]`` (a ones column when everything reduces to ``P = 1``),
-``acc[P, C] += S.T @ x`` in PSUM across all tiles; sums wider than PSUM's 8 banks of 512 fp32 (a 70B model's 8192
-columns) fold their columns onto PSUM partitions in strips, each strip's matmuls through a stationary that puts it
-on partitions of its own (``leading``). The result and the ops that follow it (phase ``post``) run once after the
-loop, with group inputs of the result's shape loaded then. A leading-axis max or min keeps a running ``[128, C]``
-tile instead (VectorE), reduced across partitions after the loop: by GpSimd when everything reduces to one row, else
-(rows ``p mod P`` of a tile, ``P`` dividing 128) by a TensorE transpose and a reduce over the middle free axis. A
-reduction over *middle* axes (the gradient of a GQA key/value head repeat, ``[B, T, kv, rep, d] → [B, T, kv, d]``)
-makes the rows: ``[outer, R · inner]``, each tile reduced to ``[rows, inner]`` on VectorE (``R - 1`` tensor_tensor
-ops over its slices, or for narrow ``inner`` one tensor_reduce over the middle axis of a ``[rows, R, inner]`` copy);
-the ops after it, and inputs of its size, work on those narrower tiles. A group that reads nothing (a
-constant broadcast and converted) stores a constant tile. The MX ``qdq`` autocast puts before a matmul is an
-``mx`` step in the row layout: block amax by one free-axis ``tensor_reduce`` of the tile viewed
-``[rows, cols / 32, 32]``, the E8M0 scale from its exponent bits (an integer ``and``), the element rounding a
-dtype-converting copy; blocks down 32 rows run the same on the TensorE transpose of the tile. An int4 ``qdq``
-(a ``group`` step) is the same with an fp32 scale per 32 elements: ``amax / 7``, the division by it rounded to
-nearest even by writing int4 codes, dequantized by a multiply. A per-tensor scaled (fp8) ``qdq`` needs the
-whole tensor's amax first: each tile of its source stays in SBUF, ScalarE's ``abs`` with a fused max keeps a
-running column, and after the loop (phase ``late``) GpSimd reduces it across partitions and a second pass
-scales, rounds (a dtype-converting copy) and stores the kept tiles (with rows in chunks, the kept chunks); a
-source larger than ``KEEP_BYTES`` falls back. Rows longer than ``MAX_ROW`` (a softmax over a large vocabulary)
-run in column chunks (``chunked``): a reduction along them accumulates chunk by chunk into a column (a
-middle-axis one, in chunks of whole ``inner`` slices, into a ``[rows, inner]`` tile: a global average pooling),
-and the ops that read it run in a later pass over the tile's chunks, remaking the elementwise values they need;
-a leading-axis reduction takes the chunks as they come. Groups that fit none of this (reductions over two separate
-blocks of axes, broadcasts along two separate blocks of middle axes or of a value made in the group, tables
-broadcast along middle axes with rows in chunks, a middle-axis reduction next to other ops along rows or with
-``inner`` over ``MAX_ROW``, leading-axis reductions with a period over 128 rows (a PSUM partition per result row)
-or sums that would fold onto more than 128 partitions, leading-axis maxima whose period does not divide 128 or over
-more than ``MAX_ROW`` columns, iotas of a flat layout of 2**24 elements or more, MX blocks or int4 groups that do
-not tile the quantized axis, ops without an instruction; with rows in chunks also iotas) keep the analytic cost of
+Steps whose operands are all block-invariant (constants, broadcast tables, masks whose period divides a tile) run once
+before the tile loop (phase ``pre``). Reductions over the *leading* axes (bias and norm-scale gradients ``[B·T, C] →
+[C]``, the mean of a loss) accumulate on TensorE: each row tile ``x[rows, C]`` is the moving operand of a matmul
+against a 0/1 selection matrix ``S[rows, P]`` (a ones column when everything reduces to ``P = 1``), ``acc[P, C] += S.T
+@ x`` in PSUM across all tiles; sums wider than PSUM's 8 banks of 512 fp32 (a 70B model's 8192 columns) fold their
+columns onto PSUM partitions in strips, each strip's matmuls through a stationary that puts it on partitions of its
+own (``leading``). The result and the ops that follow it (phase ``post``) run once after the loop, with group inputs
+of the result's shape loaded then, and scalars made of immediates and scalar inputs alone before it (a while loop's
+``i < n and any(x)``); an op of immediates alone is folded by the reference interpreter. A leading-axis max, min or
+float product keeps a running ``[128, C]`` tile instead (VectorE), reduced across partitions after the loop: by GpSimd
+when everything reduces to one row, else (rows ``p mod P`` of a tile, ``P`` dividing 128) by a TensorE transpose and a
+reduce over the middle free axis. A reduction over *middle* axes (the gradient of a GQA key/value head repeat, ``[B,
+T, kv, rep, d] → [B, T, kv, d]``) makes the rows: ``[outer, R · inner]``, each tile reduced to ``[rows, inner]`` on
+VectorE (``R - 1`` tensor_tensor ops over its slices, or for narrow ``inner`` one tensor_reduce over the middle axis
+of a ``[rows, R, inner]`` copy); the ops after it, and inputs of its size, work on those narrower tiles. A group that
+reads nothing (a constant broadcast and converted) stores a constant tile. The MX ``qdq`` autocast puts before a
+matmul is an ``mx`` step in the row layout: block amax by one free-axis ``tensor_reduce`` of the tile viewed ``[rows,
+cols / 32, 32]``, the E8M0 scale from its exponent bits (an integer ``and``), the element rounding a dtype-converting
+copy; blocks down 32 rows run the same on the TensorE transpose of the tile. An int4 ``qdq`` (a ``group`` step) is the
+same with an fp32 scale per 32 elements: ``amax / 7``, the division by it rounded to nearest even by writing int4
+codes, dequantized by a multiply. A per-tensor scaled (fp8) ``qdq`` needs the whole tensor's amax first: each tile of
+its source stays in SBUF, ScalarE's ``abs`` with a fused max keeps a running column, and after the loop (phase
+``late``) GpSimd reduces it across partitions and a second pass scales, rounds (a dtype-converting copy) and stores
+the kept tiles (with rows in chunks, the kept chunks); a source larger than ``KEEP_BYTES`` falls back. Rows longer
+than ``MAX_ROW`` (a softmax over a large vocabulary) run in column chunks (``chunked``): a reduction along them
+accumulates chunk by chunk into a column (a middle-axis one, in chunks of whole ``inner`` slices, into a ``[rows,
+inner]`` tile: a global average pooling), and the ops that read it run in a later pass over the tile's chunks,
+remaking the elementwise values they need; a leading-axis reduction takes the chunks as they come. Groups that fit
+none of this (reductions over two separate blocks of axes, broadcasts along two separate blocks of middle axes or of a
+value made in the group, tables broadcast along middle axes with rows in chunks, a middle-axis reduction next to other
+ops along rows or with ``inner`` over ``MAX_ROW``, leading-axis reductions with a period over 128 rows (a PSUM
+partition per result row) or sums that would fold onto more than 128 partitions, leading-axis maxima whose period does
+not divide 128 or over more than ``MAX_ROW`` columns, iotas of a flat layout of 2**24 elements or more, MX blocks or
+int4 groups that do not tile the quantized axis, ops without an instruction, integer products, which StableHLO wraps
+in their type and fp32 gives only below 2**24; with rows in chunks also iotas) keep the analytic cost of
 ``costs.fused_cost``; so do kernels whose working set does not fit in SBUF.
 """
 

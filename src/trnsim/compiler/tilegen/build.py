@@ -27,6 +27,7 @@ from trnsim.compiler.tilegen.recipe import (
     MAX_RUN,
     MX_BLOCK,
     PARTITIONS,
+    PRODUCTS,
     REDUCE,
     REPEATED,
     UNSIGNED,
@@ -437,14 +438,16 @@ class _Builder:
         if node.op in ("reshape", "broadcast_in_dim") or (node.op == "reduce" and _unit_reduce(node)):
             return operands[0]
         if not tiles:
-            return None
+            return _fold_constant(node, operands)
         same = _unchanged(node.op, operands, out_t.dtype)
         if same is not None and self.kind(same) != "imm":
             return same
         if "red" in tiles:
-            if tiles != {"red"} or node.op == "select" or \
-                    len({self.red_shape[o] for o in operands if o[0] != "imm"}) != 1:
-                return None              # (a leading-axis result meets only others of its shape, or immediates)
+            reds = [o for o, k in zip(operands, kinds, strict=True) if k == "red"]
+            if not tiles <= {"red", "sc"} or node.op == "select" or len({self.red_shape[o] for o in reds}) != 1 or \
+                    not all(self.before_loop(o) for o, k in zip(operands, kinds, strict=True) if k == "sc"):
+                return None              # (a leading-axis result meets only others of its shape, or immediates,
+                                         # or scalars made before the loop: a while loop's ``i < n and any(x)``)
             result = "red"
         elif "mid" in tiles:
             if not tiles <= {"mid", "col", "sc"}:
@@ -532,8 +535,22 @@ class _Builder:
             return None                  # tensor_scalar: one tile and one column (or immediate)
         ref = self.push(step, result)
         if result == "red":
-            self.red_shape[ref] = next(self.red_shape[o] for o in operands if o[0] != "imm")
+            self.red_shape[ref] = next(self.red_shape[o] for o in operands if o[0] != "imm" and self.kind(o) == "red")
         return self.push(("wrap", WRAP[out_t.dtype], (ref,), dt), result) if wraps else ref
+
+    def before_loop(self, ref: Ref) -> bool:
+        """Make a scalar column (kind ``sc``) once, before the tile loop (phase ``pre``), so that the ops after the
+        loop may read it; False if it is not made of immediates and scalar inputs alone."""
+        if ref[0] == "in":
+            return self.inputs[ref[1]][1] == "scalar"
+        if ref[0] == "imm":
+            return True
+        kind, _, operands, _ = self.steps[ref[1]]
+        if self.kinds[ref] != "sc" or kind not in ("alu", "act", "copy", "select", "wrap", "const") or \
+                not all(self.before_loop(o) for o in operands):
+            return False
+        self.phases[ref[1]] = "pre"
+        return True
 
     # ---- ops made of several instructions (``_COMPOSED``) -----------------------------------------------
     def alu(self, op: str, a: Ref, b: Ref | float, dt: str, result: str) -> Ref:
@@ -592,7 +609,8 @@ class _Builder:
         if x.type.dtype == "i1" and op is not None:
             op = _LOGICAL.get(op, op)    # all / any of 0/1 masks: their min / max
         init = _immediate(node.inputs[1])
-        if op not in REDUCE or init is None or node.out.type.dtype not in DSL_DTYPE:
+        if op not in REDUCE or init is None or node.out.type.dtype not in DSL_DTYPE or \
+                (op == "multiply" and x.type.dtype not in PRODUCTS):
             return None
         if init[1] == _identity(op, x.type.dtype):
             return self.from_identity(node, op)
@@ -627,8 +645,9 @@ class _Builder:
             middle = _middle(node)
             if middle is not None:
                 outer, count, inner = middle
-                if (outer, count * inner) != (self.rows, self.cols):
-                    return None
+                if (outer, count * inner) != (self.rows, self.cols) or \
+                        (op == "multiply" and node.out.type.dtype in WRAPPING["multiply"]):
+                    return None          # (its folds write the narrow type: a product would saturate, not wrap)
                 self.inner = inner
                 return self.push(("middle", REDUCE[op], (src, ("imm", float(count))), dt), "mid")
             last = (r - 1) in dims or not self.cols
@@ -654,10 +673,12 @@ class _Builder:
         if period > PARTITIONS or node.out.type.size != period * width or \
                 (x.type.dtype not in FLOATS and x.type.dtype not in INT_RANGE):
             return None
-        wraps = op == "add" and node.out.type.dtype in WRAPPING["add"]
-        if op == "add" and x.type.dtype in INT_RANGE:
+        wraps = op in ("add", "multiply") and node.out.type.dtype in WRAPPING[op]
+        if op in ("add", "multiply") and x.type.dtype in INT_RANGE:
             # NOTE: integers reach TensorE as fp32 (a copy; exact), whose PSUM sums are exact below 2**24; a
-            # narrow type's sum leaves PSUM as int32 and wraps after the loop
+            # narrow type's sum leaves PSUM as int32 and wraps after the loop. A product's running tile is fp32
+            # too (VectorE), so it neither saturates nor wraps in the narrow type before the end: exact, and
+            # wrapped once, while its magnitude stays below 2**24
             if src[0] != "tmp" or self.steps[src[1]][3] != "fp32":
                 src = self.push(("copy", "copy", (src,), "fp32"), self.kind(src))
             if wraps:
@@ -848,6 +869,19 @@ def _combine(tiles: set[str]) -> str:
     if "vec" in tiles:
         return "vec"
     return "col" if "col" in tiles else "sc"
+
+
+def _fold_constant(node: Node, operands: tuple[Ref, ...]) -> Ref | None:
+    """An ALU op or compare of immediates (a chlo decomposition's ``1 / eps``), folded by the reference
+    interpreter (the spec) into an immediate, or None."""
+    from trnsim.ir.interp import Env, Interpreter
+
+    if node.op not in ALU and node.op != "compare":
+        return None
+    args = [np.full(u.type.shape, o[1], u.type.np_dtype) for u, o in zip(node.inputs, operands, strict=True)]
+    (value,) = Interpreter().run_node(node, args, Env())
+    flat = np.asarray(value, np.float64).reshape(-1)
+    return ("imm", float(flat[0])) if flat.size and bool((flat == flat[0]).all()) else None
 
 
 def _wider(exponent_bits: int, mantissa_bits: int, dtype: str) -> bool:

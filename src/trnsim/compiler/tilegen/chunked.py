@@ -273,7 +273,7 @@ def emit(dsl: Any, ins: list[Any], recipe: Recipe) -> tuple[Any, ...]:
                 dsl.store(out, get(ref, last, 0, {})[0:out.shape[0]], queue=queue % QUEUES)
                 queue += 1
         dsl.release(*values.values(), *(loaded.pop((t, -1, i, -1)) for i in row_inputs))
-    queue = finish(dsl, recipe, ins, outs, leading, columns, queue)
+    queue = finish(dsl, recipe, ins, outs, leading, columns, queue, pre)
     # per-tensor scaling: the amax over the partitions, then a second pass over the kept chunks
     scales = tensor_scales(dsl, recipe, peaks)
     items_kept = len(next(iter(retained.values()), []))

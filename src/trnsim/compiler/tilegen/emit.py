@@ -49,10 +49,11 @@ def _kernel() -> Any:
     def fused_elementwise(a0: Tensor | None = None, a1: Tensor | None = None, a2: Tensor | None = None,
                           a3: Tensor | None = None, a4: Tensor | None = None, a5: Tensor | None = None,
                           a6: Tensor | None = None, a7: Tensor | None = None, a8: Tensor | None = None,
-                          a9: Tensor | None = None, a10: Tensor | None = None, a11: Tensor | None = None, *,
-                          recipe: Recipe) -> tuple[Tensor, ...]:
-        """The group's ops over tiles of its inputs (module docstring and ``Recipe``)."""
-        ins = [a for a in (a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11) if a is not None]
+                          a9: Tensor | None = None, a10: Tensor | None = None, a11: Tensor | None = None,
+                          a12: Tensor | None = None, a13: Tensor | None = None, a14: Tensor | None = None,
+                          a15: Tensor | None = None, *, recipe: Recipe) -> tuple[Tensor, ...]:
+        """The group's ops over tiles of its inputs (module docstring and ``Recipe``; ``MAX_INPUTS`` of them)."""
+        ins = [a for a in (a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15) if a is not None]
         if recipe.chunk:
             return chunked.emit(dsl, ins, recipe)
         row_layout = recipe.cols > 0
@@ -218,7 +219,7 @@ def _kernel() -> Any:
             dsl.release(*(t for t in [*tiles, *tmps.values()] if t is not None and id(t) not in kept))
             loaded[i] = []
         # after the loop: leading-axis results leave PSUM, and the ops that read them run once
-        queue = finish(dsl, recipe, ins, outs, leading, columns, queue)
+        queue = finish(dsl, recipe, ins, outs, leading, columns, queue, pre)
         # per-tensor scaling: the amax over the partitions (GpSimd), then a second pass over the kept tiles
         scales = tensor_scales(dsl, recipe, peaks)
         for i, (b0, bw) in enumerate(blocks):

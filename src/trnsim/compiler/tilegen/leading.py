@@ -136,9 +136,10 @@ def _folded(dsl: Any, s: Any, period: int, strip: int, count: int) -> Any:
 
 
 def finish(dsl: Any, recipe: Recipe, ins: list[Any], outs: list[Any], leading: Leading, columns: dict[int, Any],
-           queue: int) -> int:
+           queue: int, pre: dict[int, Any] | None = None) -> int:
     """After the tile loop: the ``lead`` steps' results, the ``post`` steps on them (on their layout, folded
-    or not; inputs of their shape loaded now) and the stores of the ``red`` outputs. Returns the next queue."""
+    or not; inputs of their shape loaded now; scalar columns made before the loop, ``pre``, cut to their
+    partitions) and the stores of the ``red`` outputs. Returns the next queue."""
     from trnsim.compiler.tilegen.emit import compute
 
     phases = recipe.phases or ("block",) * len(recipe.steps)
@@ -154,7 +155,10 @@ def finish(dsl: Any, recipe: Recipe, ins: list[Any], outs: list[Any], leading: L
             for r in operands:
                 if r[0] == "in" and r[1] not in columns:        # an input of the result's shape
                     columns[r[1]], queue = _move(dsl, None, ins[r[1]], strips.get(shapes[r[1]]), queue)
-            args = [post[r[1]] if r[0] == "tmp" else columns[r[1]] if r[0] == "in" else r[1] for r in operands]
+            args = [(post[r[1]] if r[1] in post else (pre or {})[r[1]]) if r[0] == "tmp" else
+                    columns[r[1]] if r[0] == "in" else r[1] for r in operands]
+            lanes = min(a.shape[0] for a in args if not isinstance(a, float))   # a [128, 1] scalar column's
+            args = [a if isinstance(a, float) else a[:lanes] for a in args]
             post[index] = compute(dsl, kind, op, args, dt, (1, 1), 0, space(recipe)[1], recipe.elements)
     kinds = recipe.output_kinds or ("full",) * len(recipe.outputs)
     for out, (ref, _), k, shape in zip(outs, recipe.outputs, kinds, output_shapes(recipe), strict=True):

@@ -12,7 +12,7 @@ PREFETCH = 4             # blocks loaded ahead of the one being computed (rows i
 PREFETCH_BYTES = 64 << 10  # per partition: the loads of the blocks ahead (a quarter of trn3's 256 KiB SBUF)
 MIN_PIECE = 64 << 10     # bytes of a DMA piece: ~2 us at a queue's 33 GB/s, its fixed cost (``pipeline``)
 QUEUES = 16              # DMA queues per core (trn3 preset); loads and stores are spread over them
-MAX_INPUTS = 12
+MAX_INPUTS = 16          # the generated kernel's tensor parameters (a chlo.igamma loop body reads 13)
 PSUM_COLS = 512          # fp32 per partition in one PSUM bank: one matmul's moving free size (neuron.md §2.2 TC#2)
 PSUM_BANKS = 8           # the leading-axis sums of a group accumulate in PSUM's 8 banks of PSUM_COLS fp32
                          # (neuron.md §0: 2 MiB per core, 16 KiB per partition); a kernel that also
@@ -56,7 +56,12 @@ INT_RANGE: dict[str, tuple[int, int]] = {"i8": (-1 << 7, (1 << 7) - 1), "i16": (
                                          "ui16": (0, (1 << 16) - 1), "ui32": (0, (1 << 32) - 1), "i1": (0, 1)}
 FLOATS = frozenset({"f32", "bf16", "f16"})
 FLOAT_BITS: dict[str, tuple[int, int]] = {"f32": (8, 23), "bf16": (8, 7), "f16": (5, 10)}   # (exponent, mantissa)
-REDUCE: dict[str, str] = {"add": "add", "maximum": "max", "minimum": "min"}
+REDUCE: dict[str, str] = {"add": "add", "maximum": "max", "minimum": "min", "multiply": "mul"}
+# element types whose products ``reduce`` generates (VectorE multiplies in fp32, rounding as the interpreter's
+# product in the dtype does, in another order; i1's product is an ``and``). NOTE: integer products keep the
+# analytic cost: StableHLO wraps them in their type, which an fp32 product gives only while its magnitude stays
+# below 2**24 (a product of eight 8s already reaches it), so the kernel would not compute the program
+PRODUCTS = frozenset({"f32", "bf16", "f16", "i1"})
 IDENTITY: dict[str, float] = {"add": 0.0, "multiply": 1.0, "maximum": float("-inf"), "minimum": float("inf"),
                               "and": 1.0, "or": 0.0}
 KEEP_BYTES = 16 << 20    # tiles kept for a per-tensor scaled second pass: half of trn3's 32 MiB SBUF
