@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 import trnsim
 from trnsim import dsl
-from trnsim.compiler import dmagen
+from trnsim.compiler import dmagen, dmaindex
 from trnsim.hw import registry
 from trnsim.isa.verify import verify
 
@@ -130,15 +130,15 @@ def test_a_constant_broadcast_into_a_tensor_is_a_fill_and_an_inserted_unit_axis_
 
 # ---- one element per row: indirect DMA picks by flat address --------------------------------------------
 
-def _pick(pick: dmagen.Pick, idx: np.ndarray, x: np.ndarray | None, upd: np.ndarray | None = None) -> np.ndarray:
+def _pick(pick: dmaindex.Pick, idx: np.ndarray, x: np.ndarray | None, upd: np.ndarray | None = None) -> np.ndarray:
     """The pick kernel on the functional simulator (x, idx and upd laid flat as [n, 1])."""
     args = [idx.reshape(-1, len(pick.index)), None if pick.zero or x is None else x.reshape(-1, 1),
             None if upd is None else upd.reshape(-1, 1)]
     while args[-1] is None:
         args.pop()
-    specs = [None if s is None else (s.shape, s.dtype) for s in dmagen.pick_specs(pick)][: len(args)]
-    verify(dmagen.pick_kernel().compile_specs(specs, "trn3", {"pick": pick}).program, registry.get("trn3"))
-    return trnsim.run_kernel(dmagen.pick_kernel(), *args, pick=pick).outputs[0]
+    specs = [None if s is None else (s.shape, s.dtype) for s in dmaindex.pick_specs(pick)][: len(args)]
+    verify(dmaindex.pick_kernel().compile_specs(specs, "trn3", {"pick": pick}).program, registry.get("trn3"))
+    return trnsim.run_kernel(dmaindex.pick_kernel(), *args, pick=pick).outputs[0]
 
 
 def _bits(a: np.ndarray) -> np.ndarray:
@@ -160,7 +160,7 @@ def test_a_pick_gather_moves_one_element_per_row_exactly_and_clamps_as_stablehlo
     rng = np.random.default_rng(outer * width + inner)
     x = (rng.integers(-2**31, 2**31, shape) if dtype == "int32" else rng.standard_normal(shape)).astype(dtype)
     idx = rng.integers(-3, width + 3, (outer, inner)).astype(np.int32)     # some out of range: clamped
-    pick = dmagen.Pick.along("gather", outer, width, inner, DSL_TYPES[dtype])
+    pick = dmaindex.Pick.along("gather", outer, width, inner, DSL_TYPES[dtype])
     got = _pick(pick, idx, x).reshape(outer, inner)
     want = np.take_along_axis(x, np.clip(idx, 0, width - 1)[:, None, :], axis=1)[:, 0, :]
     if dtype == "int32":             # moved as bytes: integers beyond fp32's exact range too
@@ -186,7 +186,7 @@ def test_a_pick_scatter_add_matches_add_at_bit_for_bit_and_drops_out_of_range_up
     if not zero:           # where a dropped update's clamped address lands: a -0.0 that adding +0.0 would flip
         base[rows, np.clip(idx[rows, cols], 0, width - 1), cols] = -0.0
     base, upd = base.astype(dtype).astype(np.float32), upd.astype(dtype).astype(np.float32)
-    pick = dmagen.Pick.along("scatter_add", outer, width, inner, "fp32" if dtype == "float32" else "bf16", zero=zero)
+    pick = dmaindex.Pick.along("scatter_add", outer, width, inner, "fp32" if dtype == "float32" else "bf16", zero=zero)
     got = _pick(pick, idx, base.astype(dtype), upd.astype(dtype)).reshape(shape)
     want = base.copy()
     inside = (idx >= 0) & (idx < width)
@@ -201,7 +201,7 @@ def test_a_pick_takes_any_integer_index_type(index_dtype: str, dsl_dtype: str) -
     x = rng.standard_normal((150, 300)).astype(np.float32)
     idx = rng.integers(0, 300 if index_dtype != "uint8" else 256, (150, 1)).astype(index_dtype)
     idx[:3] = np.iinfo(index_dtype).max                                   # clamped to the last element
-    pick = dmagen.Pick.along("gather", 150, 300, 1, "fp32", dsl_dtype)
+    pick = dmaindex.Pick.along("gather", 150, 300, 1, "fp32", dsl_dtype)
     got = _pick(pick, idx, x).reshape(150, 1)
     np.testing.assert_array_equal(got, np.take_along_axis(x, np.minimum(idx.astype(np.int64), 299), axis=1))
 
@@ -212,10 +212,10 @@ def test_point_picks_clamp_each_index_component_and_accumulate_repeats_in_order(
     b, h, w, d = 3, 20, 30, 5                      # x [b, h, w, d]: rows (b, d), index vectors into (h, w)
     x = rng.standard_normal((b, h, w, d)).astype(np.float32)
     idx = np.stack([rng.integers(-2, h + 2, (b, d)), rng.integers(-2, w + 2, (b, d))], -1).astype(np.int32)
-    batched = dmagen.Pick(op, x.size, b, d, h * w * d, ((h, w * d), (w, d)), "fp32")
+    batched = dmaindex.Pick(op, x.size, b, d, h * w * d, ((h, w * d), (w, d)), "fp32")
     points = np.stack([rng.integers(-1, h + 1, 400), rng.integers(0, w, 400)], -1).astype(np.int32)
     points[200:] = points[:200]                    # every point twice: scatter-adds accumulate in row order
-    flat = dmagen.Pick(op, h * w, 400, 1, 0, ((h, w), (w, 1)), "fp32")
+    flat = dmaindex.Pick(op, h * w, 400, 1, 0, ((h, w), (w, 1)), "fp32")
     table = x[0, :, :, 0].copy()
     ib, idd = np.meshgrid(np.arange(b), np.arange(d), indexing="ij")
     if op == "gather":
@@ -237,24 +237,24 @@ def test_point_picks_clamp_each_index_component_and_accumulate_repeats_in_order(
 
 
 def test_pick_tiles_keep_flat_addresses_exact_in_the_fp32_alu() -> None:
-    wide = dmagen.Pick.along("gather", 1000, 2**20, 1, "fp32")
-    assert wide.tile_rows == 16 and all(wide.span(p) <= dmagen.EXACT for _, p, _ in wide.tiles())
-    assert dmagen.Pick.along("gather", 4, 40, 300, "fp32").tiles()[:3] == [(0, 128, 0), (128, 128, 128),
+    wide = dmaindex.Pick.along("gather", 1000, 2**20, 1, "fp32")
+    assert wide.tile_rows == 16 and all(wide.span(p) <= dmaindex.EXACT for _, p, _ in wide.tiles())
+    assert dmaindex.Pick.along("gather", 4, 40, 300, "fp32").tiles()[:3] == [(0, 128, 0), (128, 128, 128),
                                                                            (256, 44, 256)]
-    assert dmagen.Pick.along("gather", 2, 2**24 + 1, 1, "fp32").tile_rows == 0
+    assert dmaindex.Pick.along("gather", 2, 2**24 + 1, 1, "fp32").tile_rows == 0
 
 
 def _index_steps(program: trnsim.CompiledProgram) -> list[Any]:
     return [s for s in program.plan.steps if {"gather", "scatter"} & set(s.ops)]
 
 
-def _check_pick_step(program: trnsim.CompiledProgram, step: Any, args: list[np.ndarray]) -> dmagen.Pick:
+def _check_pick_step(program: trnsim.CompiledProgram, step: Any, args: list[np.ndarray]) -> dmaindex.Pick:
     """Run the step's pick kernel on the functional simulator with the values the reference interpreter
     gives its inputs; compare bit for bit with the interpreter's result."""
     from trnsim.ir.interp import Env, Interpreter
 
     node = program.graph.nodes[step.nodes[-1]]
-    pick = dmagen.pick_for(node)
+    pick = dmaindex.pick_for(node)
     assert pick is not None
     env, interp = Env(), Interpreter()
     for p, a in zip(program.graph.params, args, strict=True):
@@ -286,7 +286,7 @@ def test_take_along_a_5000_wide_axis_and_its_gradient_are_generated_dma_picks_th
         assert step.kernel == "generated_dma" and step.instructions["dma"] > 0 and step.dma_seconds > 0
         node = program.graph.nodes[step.nodes[-1]]
         pick = _check_pick_step(program, step, [x, labels])
-        assert pick == dmagen.Pick.along(pick.op, 210, 5000, 1, "fp32", zero=pick.zero)
+        assert pick == dmaindex.Pick.along(pick.op, 210, 5000, 1, "fp32", zero=pick.zero)
         if node.op == "scatter":       # the zero fill it adds into is part of the step, not a step of its own
             assert pick.zero and step.ops == ["broadcast_in_dim", "scatter"]
             np.testing.assert_array_equal(got, jax.grad(loss)(x, labels))
@@ -302,9 +302,9 @@ def test_rows_the_one_hot_select_also_takes_lower_to_the_faster_of_the_two(shape
     program = trnsim.compile(jax.jit(lambda x, i: jnp.take_along_axis(x, i, axis=-1)).lower(x, labels), cache=False)
     (step,) = _index_steps(program)
     node = program.graph.nodes[step.nodes[0]]
-    recipe, pick = tilegen.index_recipe(node), dmagen.pick_for(node)
+    recipe, pick = tilegen.index_recipe(node), dmaindex.pick_for(node)
     assert recipe is not None and pick is not None and step.kernel == kernel
-    one_hot, picked = tilegen.fused_time("trn3", recipe).seconds, dmagen.pick_time("trn3", pick).seconds
+    one_hot, picked = tilegen.fused_time("trn3", recipe).seconds, dmaindex.pick_time("trn3", pick).seconds
     core = registry.get("trn3").core
     assert core is not None
     assert step.seconds < (one_hot if kernel == "generated_dma" else picked + core.dma.latency)  # DMA steps: + latency
@@ -340,12 +340,12 @@ def test_other_index_forms_keep_their_kernels_or_fall_back_explicitly() -> None:
     lab = jax.ShapeDtypeStruct((2, 1), np.int32)
     program = trnsim.compile(jax.jit(lambda x, i: jnp.take_along_axis(x, i, axis=-1)).lower(huge, lab), cache=False)
     (step,) = _index_steps(program)
-    assert step.kernel == "dma_gather_scatter" and dmagen.pick_for(program.graph.nodes[step.nodes[0]]) is None
+    assert step.kernel == "dma_gather_scatter" and dmaindex.pick_for(program.graph.nodes[step.nodes[0]]) is None
     half = jax.ShapeDtypeStruct((4, 5000), np.float16)        # DMA read-add-write is BF16/FP32 only
     grad = jax.grad(lambda x, i: jnp.take_along_axis(x, i, axis=-1).astype(np.float32).sum())
     program = trnsim.compile(jax.jit(grad).lower(half, jax.ShapeDtypeStruct((4, 1), np.int32)), cache=False)
     (step,) = _index_steps(program)
-    assert step.kernel == "dma_gather_scatter" and dmagen.pick_for(program.graph.nodes[step.nodes[-1]]) is None
+    assert step.kernel == "dma_gather_scatter" and dmaindex.pick_for(program.graph.nodes[step.nodes[-1]]) is None
 
 
 def test_a_generated_kernels_simulated_time_is_its_steps_time() -> None:
@@ -483,7 +483,7 @@ def test_dynamic_slices_gather_rows_at_clamped_offsets_exactly(shape: list[int],
     values = [dsl.typed(np.array([s], kind), index_dtype) for s, c in zip(starts, constant, strict=True) if not c]
     layout = dmagen.Layout("dynamic_slice", tuple(shape), "fp32", start=start, sizes=sizes,
                            others=((1,),) * len(values), index_dtype=index_dtype)
-    plan = dmagen.GatherPlan.of(layout)
+    plan = dmaindex.GatherPlan.of(layout)
     kernel = dmagen._kernel()  # pyright: ignore[reportPrivateUsage]
     got = trnsim.run_kernel(kernel, x.reshape(plan.table), *values, layout=layout).outputs[0]
     begin = [min(max(s, 0), n - z) for s, n, z in zip(starts, shape, sizes, strict=True)]
@@ -521,7 +521,7 @@ def test_gather_tiles_run_along_the_last_dim_the_slice_takes_several_indices_of(
     """x[:, i] of a [64, 512, 128] tensor: 64 rows 512 table rows apart, one gather (not one a row)."""
     layout = dmagen.Layout("dynamic_slice", (64, 512, 128), "bf16", start=(0, -1, 0), sizes=(64, 1, 128),
                            others=((1,),), index_dtype="int32")
-    plan = dmagen.GatherPlan.of(layout)
+    plan = dmaindex.GatherPlan.of(layout)
     assert plan.table == (64 * 512, 128) and plan.step == 512 and plan.tiles == ((0, 64, 0),)
 
 
@@ -542,14 +542,26 @@ def _update(layout: dmagen.Layout, x: np.ndarray, u: np.ndarray, starts: list[An
     """The generated dynamic update slice run on the functional simulator: the result in ``x``'s dtype."""
     dtype = dtype or layout.dtype
     kernel = dmagen._kernel()  # pyright: ignore[reportPrivateUsage]
-    values = [dsl.typed(np.asarray([s]), index_dtype) for s in starts]
-    plan = dmagen.ScatterPlan.of(layout)
+    values = [_start(s, index_dtype) for s in starts]
+    plan = dmaindex.ScatterPlan.of(layout)
     a, b = (x.reshape(plan.table), u.reshape(plan.update)) if starts else (x, u)
     got = np.asarray(trnsim.run_kernel(kernel, dsl.typed(a, dtype), dsl.typed(b, dtype), *values,
                                        layout=layout).outputs[0])
     if dtype == "bf16":           # outputs come back as fp32: a bf16 code is the upper half of its fp32
         return (got.astype(np.float32).view(np.uint32) >> 16).astype(np.uint16).view(x.dtype).reshape(x.shape)
     return got.astype(x.dtype).reshape(x.shape)
+
+
+def _start(value: Any, index_dtype: str) -> Any:
+    """A start as the kernel takes it: a scalar of ``index_dtype``, or a 64-bit one (``int64``/``uint64``) as
+    its two 32-bit words, low first, of ``WIDE[index_dtype]``."""
+    if index_dtype in WIDE:
+        words = np.asarray([int(value)], np.dtype(index_dtype)).view(np.dtype(WIDE[index_dtype]))
+        return dsl.typed(words, WIDE[index_dtype])
+    return dsl.typed(np.asarray([value]), index_dtype)
+
+
+WIDE = {"int64": "int32", "uint64": "uint32"}   # a 64-bit start's layout index dtype (its words' dtype)
 
 
 def _dus_values(dtype: str, shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
@@ -621,9 +633,9 @@ def test_jitted_dynamic_update_slices_on_every_axis_are_scatter_kernels_that_mat
         assert np.array_equal(got.view(np.uint8), want.view(np.uint8))
 
 
-def test_a_constant_start_dynamic_update_slice_is_two_copies_and_64_bit_starts_keep_the_analytic_cost() -> None:
-    """Constant starts: the operand and then the update into its box, no indirect DMA. Starts of a type the
-    address computation does not take (i64) keep the analytic cost, counted in ``dma_fallbacks``."""
+def test_a_constant_start_dynamic_update_slice_is_two_copies_and_64_bit_operands_keep_the_analytic_cost() -> None:
+    """Constant starts: the operand and then the update into its box, no indirect DMA. Operands of a type the
+    DMA does not move (i64) keep the analytic cost, counted in ``dma_fallbacks``."""
     x, u = np.arange(40 * 6, dtype=np.float32).reshape(40, 6), -np.ones((3, 2), np.float32)
     program = _program(lambda a: jax.lax.dynamic_update_slice(a, u, (38, 1)), x)
     (step,) = [s for s in program.plan.steps if s.ops == ["dynamic_update_slice"]]
@@ -635,11 +647,11 @@ def test_a_constant_start_dynamic_update_slice_is_two_copies_and_64_bit_starts_k
     want = x.copy()
     want[37:40, 1:3] = u
     np.testing.assert_array_equal(trnsim.run_kernel(kernel, x, u, layout=layout).outputs[0], want)
-    text = """func.func @main(%x: tensor<5x3xf32>, %u: tensor<2x3xf32>, %i: tensor<i64>) -> tensor<5x3xf32> {
+    text = """func.func @main(%x: tensor<5x3xi64>, %u: tensor<2x3xi64>, %i: tensor<i64>) -> tensor<5x3xi64> {
       %c = stablehlo.constant dense<0> : tensor<i64>
       %r = stablehlo.dynamic_update_slice %x, %u, %i, %c
-        : (tensor<5x3xf32>, tensor<2x3xf32>, tensor<i64>, tensor<i64>) -> tensor<5x3xf32>
-      return %r : tensor<5x3xf32>
+        : (tensor<5x3xi64>, tensor<2x3xi64>, tensor<i64>, tensor<i64>) -> tensor<5x3xi64>
+      return %r : tensor<5x3xi64>
     }"""
     program = trnsim.compile(text, cache=False)
     (step,) = [s for s in program.plan.steps if s.ops == ["dynamic_update_slice"]]
@@ -653,7 +665,7 @@ def test_scatter_tiles_write_views_of_the_rows_they_can_reach() -> None:
     index, each into its own 512-row view of the [2048, 32] table (disjoint views: the scatters overlap)."""
     layout = dmagen.Layout("dynamic_update_slice", (4, 8, 64, 32), "bf16", start=(0, 0, -1, 0),
                            sizes=(4, 8, 1, 32), others=((1,),), index_dtype="int32")
-    plan = dmagen.ScatterPlan.of(layout)
+    plan = dmaindex.ScatterPlan.of(layout)
     assert plan.table == (2048, 32) and plan.update == (32, 32) and plan.step == 64 and plan.reach == 63
     assert plan.tiles == tuple((8 * b, 8, 512 * b) for b in range(4)) and plan.span(8) == 512
     kernel = dmagen._kernel()  # pyright: ignore[reportPrivateUsage]
@@ -669,3 +681,102 @@ def test_scatter_tiles_write_views_of_the_rows_they_can_reach() -> None:
     assert len(scatters) == 4
     for _, _, ins in scatters:       # no scatter waits for another one
         assert not any(d == domain and n > k for d, n in ins.wait for domain, k, _ in scatters)
+
+
+# ---- 64-bit starts: two 32-bit words, the low one clamped, the high one saturating ------------------------
+
+def _int64_starts(signed: bool) -> st.SearchStrategy[int]:
+    """Starts over the whole 64-bit range, weighted to the edges that matter: in range, just outside, a low
+    word in range under a high word that is not 0 (``k · 2**32 + small``), and the extremes."""
+    lo, hi = (-(2**63), 2**63 - 1) if signed else (0, 2**64 - 1)
+
+    def join(high: int, low: int) -> int:
+        return high * 2**32 + low
+
+    small = st.integers(-300 if signed else 0, 300)
+    words = st.builds(join, st.integers(-3 if signed else 0, 3), st.integers(0, 300))
+    return st.one_of(small, words, st.integers(lo, hi), st.sampled_from([lo, hi, lo + 1, hi - 1]))
+
+
+@settings(max_examples=40, deadline=None)
+@given(shape=st.lists(st.sampled_from([1, 2, 3, 9, 130]), min_size=1, max_size=3), data=st.data(),
+       index_dtype=st.sampled_from(["int64", "uint64"]))
+def test_dynamic_slices_clamp_64_bit_starts_exactly_from_their_two_words(shape: list[int], data: st.DataObject,
+                                                                         index_dtype: str) -> None:
+    """Negative, huge and in-range 64-bit starts: the gather reads the slice at StableHLO's clamp of each."""
+    sizes = tuple(data.draw(st.integers(1, n)) for n in shape)
+    assume(sizes != tuple(shape))
+    starts = [data.draw(_int64_starts(index_dtype == "int64")) for _ in shape]
+    constant = [data.draw(st.booleans()) for _ in shape]
+    assume(not all(constant))
+    x = np.arange(np.prod(shape), dtype=np.float32).reshape(shape)
+    begin = [min(max(s, 0), n - z) for s, n, z in zip(starts, shape, sizes, strict=True)]
+    start = tuple(b if c else -1 for b, c in zip(begin, constant, strict=True))
+    values = [_start(s, index_dtype) for s, c in zip(starts, constant, strict=True) if not c]
+    layout = dmagen.Layout("dynamic_slice", tuple(shape), "fp32", start=start, sizes=sizes,
+                           others=((2,),) * len(values), index_dtype=WIDE[index_dtype])
+    plan = dmaindex.GatherPlan.of(layout)
+    got = trnsim.run_kernel(dmagen._kernel(), x.reshape(plan.table), *values,  # pyright: ignore[reportPrivateUsage]
+                            layout=layout).outputs[0]
+    want = x[tuple(slice(b, b + z) for b, z in zip(begin, sizes, strict=True))]
+    assert np.array_equal(np.asarray(got).reshape(want.shape), want)
+
+
+@settings(max_examples=40, deadline=None)
+@given(shape=st.lists(st.sampled_from([1, 2, 3, 9, 130]), min_size=1, max_size=3), data=st.data(),
+       dtype=st.sampled_from(["fp32", "bf16", "int8"]), index_dtype=st.sampled_from(["int64", "uint64"]))
+def test_dynamic_update_slices_clamp_64_bit_starts_exactly_from_their_two_words(
+        shape: list[int], data: st.DataObject, dtype: str, index_dtype: str) -> None:
+    """The scatter writes the update at StableHLO's clamp of each 64-bit start, bit for bit."""
+    sizes = tuple(data.draw(st.integers(1, n)) for n in shape)
+    starts = [data.draw(_int64_starts(index_dtype == "int64")) for _ in shape]
+    constant = [data.draw(st.booleans()) for _ in shape]
+    assume(not all(constant))
+    rng = np.random.default_rng(len(shape) * 1000 + sum(sizes))
+    x, u = _dus_values(dtype, tuple(shape), rng), _dus_values(dtype, sizes, rng)
+    begin = [min(max(s, 0), n - z) for s, n, z in zip(starts, shape, sizes, strict=True)]
+    start = tuple(b if c else -1 for b, c in zip(begin, constant, strict=True))
+    data_starts = [s for s, c in zip(starts, constant, strict=True) if not c]
+    layout = dmagen.Layout("dynamic_update_slice", tuple(shape), dtype, start=start, sizes=sizes,
+                           others=((2,),) * len(data_starts), index_dtype=WIDE[index_dtype])
+    got = _update(layout, x, u, data_starts, index_dtype)
+    want = x.copy()
+    want[tuple(slice(b, b + z) for b, z in zip(begin, sizes, strict=True))] = u
+    assert np.array_equal(got.view(np.uint8), want.view(np.uint8))
+
+
+@pytest.mark.parametrize("op", ["dynamic_slice", "dynamic_update_slice"])
+def test_64_bit_starts_that_are_data_get_the_generated_kernel_which_matches_the_interpreter(op: str) -> None:
+    """A StableHLO program with i64 starts (jax's default with x64, the conformance corpus's): the step is the
+    generated kernel, whose inputs are each start's two words, and it agrees with the StableHLO interpreter
+    for starts whose low word alone would land elsewhere."""
+    x, u = np.arange(40 * 6, dtype=np.float32).reshape(40, 6), -np.ones((3, 6), np.float32)
+    if op == "dynamic_slice":
+        body = """%r = stablehlo.dynamic_slice %x, %i, %c, sizes = [3, 6]
+        : (tensor<40x6xf32>, tensor<i64>, tensor<i64>) -> tensor<3x6xf32>"""
+        result = "tensor<3x6xf32>"
+    else:
+        body = """%r = stablehlo.dynamic_update_slice %x, %u, %i, %c
+        : (tensor<40x6xf32>, tensor<3x6xf32>, tensor<i64>, tensor<i64>) -> tensor<40x6xf32>"""
+        result = "tensor<40x6xf32>"
+    text = f"""func.func @main(%x: tensor<40x6xf32>, %u: tensor<3x6xf32>, %i: tensor<i64>) -> {result} {{
+      %c = stablehlo.constant dense<0> : tensor<i64>
+      {body}
+      return %r : {result}
+    }}"""
+    program = trnsim.compile(text, cache=False)
+    (step,) = [s for s in program.plan.steps if s.ops == [op]]
+    layout = dmagen.layout_for(program.graph.nodes[step.nodes[0]])
+    assert step.kernel == "generated_dma" and layout is not None
+    assert layout.others == ((2,),) and layout.index_dtype == "int32" and layout.start == (-1, 0)
+    for i in (5, 37, 2**32 + 5, -(2**32) + 5, 2**63 - 1, -(2**63), -1):
+        want = np.asarray(program.run(x, u, np.int64(i), timing=False)[0])      # the StableHLO interpreter
+        if op == "dynamic_slice":
+            got = trnsim.run_kernel(dmagen._kernel(), x, _start(i, "int64"),  # pyright: ignore[reportPrivateUsage]
+                                    layout=layout).outputs[0]
+        else:
+            got = _update(layout, x, u, [i], "int64")
+        b = min(max(i, 0), 37)
+        assert np.array_equal(np.asarray(want), x[b : b + 3] if op == "dynamic_slice" else
+                              np.concatenate([x[:b], u, x[b + 3 :]]))
+        assert np.array_equal(np.asarray(got).reshape(want.shape), want)

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from functools import partial
 from typing import Any, TypeVar
 
-from trnsim.compiler import convgen, costs, dmagen, poolgen, selection, tilegen
+from trnsim.compiler import convgen, costs, dmagen, dmaindex, poolgen, selection, tilegen
 from trnsim.compiler.fusion import fuse
 from trnsim.compiler.pipeline import PassContext
 from trnsim.errors import CompileError, UnsupportedError
@@ -316,12 +316,12 @@ def _generated(target: str, recipe: tilegen.Recipe, ctx: PassContext) -> tilegen
     return _kernel_or_none(lambda: tilegen.fused_time(target, recipe), ctx, "sbuf_fallbacks")
 
 
-def _generated_layout(target: str, layout: dmagen.Layout, ctx: PassContext) -> dmagen.LayoutTime | None:
+def _generated_layout(target: str, layout: dmagen.Layout, ctx: PassContext) -> dmaindex.LayoutTime | None:
     return _kernel_or_none(lambda: dmagen.layout_time(target, layout), ctx, "dma_fallbacks")
 
 
-def _generated_pick(target: str, pick: dmagen.Pick, ctx: PassContext) -> dmagen.LayoutTime | None:
-    return _kernel_or_none(lambda: dmagen.pick_time(target, pick), ctx, "dma_fallbacks")
+def _generated_pick(target: str, pick: dmaindex.Pick, ctx: PassContext) -> dmaindex.LayoutTime | None:
+    return _kernel_or_none(lambda: dmaindex.pick_time(target, pick), ctx, "dma_fallbacks")
 
 
 @dataclass(frozen=True)
@@ -330,7 +330,7 @@ class IndexKernel:
     and whether the kernel fills its own output with zeros (a scatter-add into a zero table)."""
 
     kernel: str
-    moved: dmagen.LayoutTime | None = None
+    moved: dmaindex.LayoutTime | None = None
     tile: tilegen.TileTime | None = None
     zero_fill: bool = False
 
@@ -346,15 +346,15 @@ class IndexKernel:
 def _index_kernel(node: Node, machine: costs.Machine, ctx: PassContext) -> IndexKernel | None:
     """The kernel of a gather or scatter: the library's embedding kernels for row lookups of a [V, D] table
     and their gradient; for one element per row, the faster of the one-hot select in tile code (rows of up
-    to 4096) and the indirect-DMA pick (``dmagen.Pick``); None when no kernel takes the form or can be traced
+    to 4096) and the indirect-DMA pick (``dmaindex.Pick``); None when no kernel takes the form or can be traced
     (the step keeps the analytic cost, counted in ``dma_fallbacks``/``sbuf_fallbacks``)."""
-    lookup = dmagen.lookup_for(node)
+    lookup = dmaindex.lookup_for(node)
     if lookup is not None and (moved := _library_lookup(machine.target, lookup, ctx)) is not None:
         return IndexKernel("embedding_lookup" if lookup.op == "gather" else "embedding_scatter_add", moved,
                            zero_fill=lookup.op == "scatter_add")
     one_hot = tilegen.index_recipe(node)
     timed = _generated(machine.target, one_hot, ctx) if one_hot is not None else None
-    pick = dmagen.pick_for(node)
+    pick = dmaindex.pick_for(node)
     picked = _generated_pick(machine.target, pick, ctx) if pick is not None else None
     options = [IndexKernel("generated_elementwise", tile=timed)] if timed is not None else []
     if pick is not None and picked is not None:
@@ -379,7 +379,7 @@ def _absorb_zero_fills(groups: dict[int, list[Node]], uses: dict[int, set[int]],
         fill = operand.producer
         fill_gid = fill.attrs.get("_group", -1) if fill is not None else -1
         if fill is None or fill_gid == gid or operand.id in results or uses.get(operand.id) != {gid} or \
-                [id(n) for n in groups.get(fill_gid, [])] != [id(fill)] or not dmagen.is_zero_fill(operand):
+                [id(n) for n in groups.get(fill_gid, [])] != [id(fill)] or not dmaindex.is_zero_fill(operand):
             continue
         groups[gid] = [fill, members[0]]
         del groups[fill_gid]
@@ -411,8 +411,8 @@ def _absorb_positions(groups: dict[int, list[Node]], uses: dict[int, set[int]], 
     return absorbed
 
 
-def _library_lookup(target: str, lookup: dmagen.Lookup, ctx: PassContext) -> dmagen.LayoutTime | None:
-    return _kernel_or_none(lambda: dmagen.lookup_time(target, lookup), ctx, "dma_fallbacks")
+def _library_lookup(target: str, lookup: dmaindex.Lookup, ctx: PassContext) -> dmaindex.LayoutTime | None:
+    return _kernel_or_none(lambda: dmaindex.lookup_time(target, lookup), ctx, "dma_fallbacks")
 
 
 def _topological(groups: dict[int, list[Node]], graph: Graph) -> list[int]:

@@ -62,7 +62,7 @@ class DmaScatter(Instruction):
             dst[r, ...] = cast(src[p, ...], dst.dtype)    # same dtype: the bytes, bit for bit
     The mirror of ``DmaGather``: ``dst`` describes the whole table, ``index`` is ``[P, 1]`` int32/uint32 in
     SBUF. Rows the index does not name keep their contents. This is how a ``dynamic_update_slice`` at
-    offsets that are data writes its rows (``compiler.dmagen.ScatterPlan``).
+    offsets that are data writes its rows (``compiler.dmaindex.ScatterPlan``).
     """
 
     mnemonic = "dma_scatter"
