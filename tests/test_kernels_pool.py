@@ -289,8 +289,9 @@ def small_sbuf(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
     ((3, 8, 17, 4), (2, 2), (2, 2), ((0, 0), (0, 1))),
     ((1, 5, 12, 40), (3, 2), (1, 1), ((1, 1), (0, 1))),
 ])
-def test_column_blocks_and_channel_chunks(small_sbuf: None, shape: tuple[int, ...], size: tuple[int, int],
-                                          stride: tuple[int, int], pad: tuple[tuple[int, int], ...]) -> None:
+def test_column_blocks_and_channel_chunks(small_sbuf: None, monkeypatch: pytest.MonkeyPatch, shape: tuple[int, ...],
+                                          size: tuple[int, int], stride: tuple[int, int],
+                                          pad: tuple[tuple[int, int], ...]) -> None:
     rng = np.random.default_rng(6)
     x = rng.integers(-2, 3, shape).astype(np.float32)
     full = ([1, *size, 1], [1, *stride, 1], [(0, 0), *pad, (0, 0)])
@@ -299,6 +300,15 @@ def test_column_blocks_and_channel_chunks(small_sbuf: None, shape: tuple[int, ..
     source = rng.integers(-4, 5, _out_shape(list(shape), *full)).astype(np.float32)  # type: ignore[arg-type]
     np.testing.assert_array_equal(select_and_scatter(x, source, *full),  # type: ignore[arg-type]
                                   scatter_reference(x, source, *full))  # type: ignore[arg-type]
+    # 32-bit integer shares summed as halves (two gradient tiles, the x and share halves: a window takes
+    # about three times a float one's bytes)
+    monkeypatch.setattr(pool_bands, "BAND_BYTES", 2000)
+    info = np.iinfo(np.int32)
+    big = rng.integers(info.min, info.max, source.shape, dtype=np.int64, endpoint=True).astype(np.int32)
+    xi = (x.astype(np.int64) << 20).astype(np.int32)
+    want = scatter_reference(xi.astype(np.int64), big.astype(np.int64), *full)  # type: ignore[arg-type]
+    np.testing.assert_array_equal(select_and_scatter(xi, big, *full, dtype="int32"),  # type: ignore[arg-type]
+                                  want.astype(np.int64).astype(np.int32).astype(np.int64))
 
 
 @pytest.mark.parametrize("call,message", [
@@ -338,7 +348,59 @@ def test_32_bit_integer_gradients_are_exact(w: dict[str, list[int]], select: str
     assert np.array_equal(got.astype(np.int64), want.astype(np.int64))
 
 
-def test_32_bit_integers_over_overlapping_windows_are_refused() -> None:
-    x, src = np.zeros((1, 5, 5, 1), np.int32), np.zeros((1, 2, 2, 1), np.int32)
-    with pytest.raises(KernelError, match="32-bit integer shares are exact only where windows do not overlap"):
-        select_and_scatter(x, src, (1, 3, 3, 1), (1, 2, 2, 1), dtype="int32")
+def jax_scatter(x: np.ndarray, source: np.ndarray, size: list[int], stride: list[int], pad: Pads,
+                select: str = "GE", init: int = 0) -> np.ndarray:
+    """JAX's ``select_and_scatter`` (``_select_and_scatter_add``, what ``jax.grad`` of a max pool emits) plus
+    ``init``, wrapped to ``x``'s integer type as StableHLO's add."""
+    from jax._src.lax.windowed_reductions import _select_and_scatter_add  # pyright: ignore[reportPrivateUsage]
+
+    prim = {"GE": jax.lax.ge_p, "GT": jax.lax.gt_p, "LE": jax.lax.le_p, "LT": jax.lax.lt_p}[select]
+    out = np.asarray(_select_and_scatter_add(jnp.asarray(source), jnp.asarray(x), prim, tuple(size), tuple(stride),
+                                             tuple(pad)))
+    return (out.astype(np.int64) + init).astype(x.dtype)
+
+
+@settings(max_examples=25, deadline=None)
+@given(windows(dilation=False), st.sampled_from(["GE", "GT", "LE", "LT"]), st.sampled_from([np.int32, np.uint32]),
+       st.integers(0, 2**31), st.booleans())
+def test_32_bit_integer_gradients_over_overlapping_windows_wrap_exactly(w: dict[str, list[int]], select: str,
+                                                                        dtype: type, seed: int, init: bool) -> None:
+    """Overlapping windows (stride < size along some axis; else a non-zero init) sum 32-bit shares drawn over
+    the whole range, so sums wrap: the halves' sums give JAX's result bit for bit (padding: the reference that
+    never selects it, the padding's fill value, the type's limit, left out of x)."""
+    size, shape, pad = w["size"], w["shape"], list[Any](w["pad"])
+    stride = [min(s, k) for s, k in zip(w["stride"], size, strict=True)]
+    if any(n + lo + hi < k for n, k, (lo, hi) in zip(shape, size, pad, strict=True)):
+        return
+    rng = np.random.default_rng(seed)
+    info = np.iinfo(dtype)
+    padded = any(lo or hi for lo, hi in pad)
+    lo_x, hi_x = int(info.min) + padded, int(info.max) - padded
+    base = rng.integers(lo_x, hi_x, 4, dtype=np.int64, endpoint=True)
+    base = np.concatenate([base, base + 1, base - 1, [2**24, 2**24 + 1, lo_x, hi_x]])
+    x = np.clip(rng.choice(base, shape), lo_x, hi_x).astype(dtype)
+    src = rng.integers(info.min, info.max, _out_shape(shape, size, stride, pad), dtype=np.int64,  # type: ignore[arg-type]
+                       endpoint=True).astype(dtype)
+    start = int(rng.integers(info.min, info.max, endpoint=True)) if init or all(
+        s >= k for s, k in zip(stride, size, strict=True)) else 0
+    got = select_and_scatter(x, src, size, stride, pad, select=select, init=float(start), dtype=np.dtype(dtype).name)  # type: ignore[arg-type]
+    want = scatter_reference(x.astype(np.int64), src.astype(np.int64), size, stride, pad, select)  # type: ignore[arg-type]
+    np.testing.assert_array_equal(got, (want.astype(np.int64) + start).astype(dtype).astype(np.int64))
+    if not padded:
+        np.testing.assert_array_equal(got, jax_scatter(x, src, size, stride, pad, select, start).astype(np.int64))  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.uint32])
+def test_the_most_shares_an_element_sums(dtype: type) -> None:
+    """An element in all 256 windows of 16 × 16 taps sums 256 shares of the type's largest low half: the
+    halves' bound (``MAX_INT_TERMS``), exact; one term more (init) is refused."""
+    info = np.iinfo(dtype)
+    x = np.full((1, 31, 31, 1), info.min, dtype)
+    x[0, 15, 15, 0] = info.max
+    src = np.full((1, 16, 16, 1), -1, np.int64).astype(dtype)
+    window, one = (1, 16, 16, 1), (1, 1, 1, 1)
+    got = select_and_scatter(x, src, window, one, dtype=np.dtype(dtype).name)
+    np.testing.assert_array_equal(got, jax_scatter(x, src, list(window), list(one), [(0, 0)] * 4).astype(np.int64))
+    assert got[0, 15, 15, 0] == np.array(-256, np.int64).astype(dtype)
+    with pytest.raises(KernelError, match="summing up to 257 terms"):
+        select_and_scatter(x, src, window, one, init=1.0, dtype=np.dtype(dtype).name)

@@ -8,9 +8,9 @@ arrays, 3-D pools of volumes and video on NDHWC, two windowed axes one apart) ru
 ``select_and_scatter`` of such a type and window whose select is one ``compare`` ``GE``/``GT``/``LE``/``LT``
 of its arguments in order (FLOAT, or SIGNED/UNSIGNED as the integer type: ``COMPARE_TYPE``) and whose
 scatter is one ``add`` (what ``jax.grad`` of a max pool emits) runs as ``pool_grad_kernel``, as does one of
-32-bit integers (``SPLIT_INTS``: compared as two exact 16-bit halves) whose windows do not overlap, with init 0
-(an element gets one share: overlapping windows would sum int32 shares, which fp32 does not hold exactly, and
-keep the analytic cost); a two-operand
+32-bit integers (``SPLIT_INTS``: compared as two exact 16-bit halves; where windows overlap, the shares summed
+as two exact fp32 halves and wrapped at the store, up to ``MAX_INT_TERMS`` terms an element, the shares and a
+non-zero init: ``kernels.pool_grad``); a two-operand
 ``reduce_window`` of (value, tangent) pairs of one float type whose body keeps the pair one FLOAT compare
 picks (``select_and_gather_add``, the JVP of a max pool: ``_gather_select``) runs as ``pool_gather_kernel``
 (its tangents; the values' output, which the JVP does not read, is not timed). The step's time
@@ -45,7 +45,7 @@ DSL_DTYPE = {"f32": "fp32", "bf16": "bf16", "f16": "fp16"}
 # int32 and wrapped as StableHLO's: ``kernels.pool.WRAP``) and their select_and_scatter run as the kernels
 # too; the init is then the type's limit, not ±inf (padding with it)
 EXACT_INTS = {"i8": "int8", "ui8": "uint8", "i16": "int16", "ui16": "uint16"}
-SPLIT_INTS = {"i32": "int32", "ui32": "uint32"}    # select_and_scatter of disjoint windows only (module docstring)
+SPLIT_INTS = {"i32": "int32", "ui32": "uint32"}    # select_and_scatter only (module docstring)
 COMPARE_TYPE = {"i8": "SIGNED", "i16": "SIGNED", "ui8": "UNSIGNED", "ui16": "UNSIGNED", "i32": "SIGNED",
                 "ui32": "UNSIGNED"}    # else FLOAT
 REDUCE_OP = {"add": "add", "maximum": "max", "minimum": "min"}     # reduce_window body → pool_kernel op
@@ -169,7 +169,8 @@ def _scatter(node: Node) -> Pool | None:
     win = _window(node, x, [1] * len(x.type.shape))
     if win is None or (x.type.dtype in EXACT_INTS and math.prod(win.size) * win.depth.size > MAX_INT_TERMS):
         return None
-    if x.type.dtype in SPLIT_INTS and not Scatter.of(win, dtype, dtype, init).disjoint:
+    lay = Scatter.of(win, dtype, dtype, init)
+    if x.type.dtype in SPLIT_INTS and lay.halves and lay.shares + int(init != 0.0) > MAX_INT_TERMS:
         return None
     return Pool(win.shape, win.size, win.stride, win.pad, win.dilation, dtype, "add", init, select,
                 depth=win.depth)

@@ -21,13 +21,18 @@ exact in fp32) are summed in int32 and wrapped at the store.
 32-bit integers are not exact in fp32 (it rounds above 2**24): they compare as two exact halves, ``hi = x >> 16``
 and ``lo = x & 0xFFFF`` (the selection kernels' technique), the window's largest pair found as ``m = max hi``,
 then ``c = max (hi == m) · (lo + 1)`` over the taps (the smallest: ``min``, and ``lo - 65536``), a tap hit where
-its own ``c`` equals it; their shares are copied through fp32 views of their bits (a select's value would round).
-Only windows that do not overlap (``Scatter.disjoint``) take them: an element then gets one share or none, where
-overlapping windows sum shares, and an int32 sum would need 32-bit integer adds the fp32 ALU does not have.
+its own ``c`` equals it. Where windows do not overlap (``Scatter.disjoint``) an element gets one share or none,
+copied through fp32 views of its bits (a select's value would round). Where they overlap (or init is not 0), an
+int32 sum would need 32-bit integer adds the fp32 ALU does not have (neuron.md §1.4–1.5), so the shares are summed
+as two exact fp32 halves (``Scatter.halves``), wrapped at the store (``_combine``)::
 
-NOTE: padding is filled with -inf (+inf for LE/LT) and may be selected where every element of a window is
--inf, which the reference never selects; a window holding NaN matches no tap and gives no gradient (the
-reference gives it to one element). Finite inputs are exact.
+    lo = Σ (share & 0xFFFF)           < 2**24: at most MAX_INT_TERMS terms (the shares and init) of 16 bits
+    hi = Σ (share & 0xFFFF0000)       2**16 · (a sum < 2**24): exact in fp32
+    low = lo mod 2**16                out = ((hi + lo - low) mod 2**32) | low      (each step exact)
+
+NOTE: padding is filled with -inf (+inf for LE/LT; an integer type's limit) and may be selected where every
+element of a window is that value, which the reference never selects; a window holding NaN matches no tap and
+gives no gradient (the reference gives it to one element). Finite inputs are exact.
 """
 
 from __future__ import annotations
@@ -63,7 +68,8 @@ SPLIT = ("int32", "uint32")     # compared as two 16-bit halves; shares copied a
 class Scatter:
     """How ``pool_grad_kernel`` lays out a window (module docstring): ``lead_r``/``lead_c`` windows before a
     band's own reach into its rows/columns; ``disjoint``: windows do not overlap (and init is 0); ``dtype``
-    the gradient tile's; ``in_place``: windows tile the input exactly, the gradient replaces x in its tile."""
+    the gradient tile's; ``in_place``: windows tile the input exactly, the gradient replaces x in its tile;
+    ``halves``: 32-bit integer shares summed as two fp32 halves, two gradient tiles (module docstring)."""
 
     win: Window
     x_dtype: str
@@ -73,6 +79,7 @@ class Scatter:
     disjoint: bool
     dtype: str
     in_place: bool
+    halves: bool
 
     @classmethod
     def of(cls, win: Window, x_dtype: str, source_dtype: str, init: float) -> Scatter:
@@ -83,7 +90,14 @@ class Scatter:
         # element gets one share or none); sums of several shares are fp32, rounded once at the store
         dtype = source_dtype if disjoint else sum_dtype(source_dtype)
         in_place = disjoint and (eh, ew, depth.extent) == (sh, sw, depth.stride) and dtype == x_dtype
-        return cls(win, x_dtype, source_dtype, win.lead, max(0, -(-ew // sw) - 1), disjoint, dtype, in_place)
+        return cls(win, x_dtype, source_dtype, win.lead, max(0, -(-ew // sw) - 1), disjoint, dtype, in_place,
+                   x_dtype in SPLIT and not disjoint)
+
+    @property
+    def shares(self) -> int:
+        """The most windows one element lies in: the most shares it sums."""
+        (sh, sw), (eh, ew), d = self.win.stride, self.win.extent, self.win.depth
+        return -(-eh // sh) * -(-ew // sw) * -(-d.extent // d.stride)
 
     def span(self, r: int, q: int) -> Pair:
         """Padded rows and columns a band of ``r × q`` own windows (and the lead ones) spans."""
@@ -112,8 +126,9 @@ class Scatter:
 
         def temporary(r: int, q: int) -> int:   # zeros, maxima, hits, a share; two gradient tiles
             rows, cols = self.span(r, q)
-            grads = 0 if self.in_place else 2 * planes * rows * cols * gsz
-            return (r + self.lead_r) * (q + self.lead_c) * 2 * (ssz + isz) + grads
+            grads = 0 if self.in_place else 2 * planes * rows * cols * gsz * (2 if self.halves else 1)
+            halves = windows * (r + self.lead_r) * (q + self.lead_c) * 2 * 4 if self.halves else 0
+            return (r + self.lead_r) * (q + self.lead_c) * 2 * (ssz + isz) + grads + halves
 
         return plan_bands(self.win, loaded, temporary, pmax, lambda r: max(-(-oh // r), -(-hp // (r * sh))),
                           lambda q: max(-(-ow // q), -(-wp // (q * sw))), square=self.lead_r + self.lead_c > 0,
@@ -143,10 +158,14 @@ def pool_grad_kernel(x: Tensor, source: Tensor, *, size: Pair, stride: Pair = (1
         fail(f"a source of {source.shape} for windows over {x.shape}", f"give a source of {(n * od, oh, ow, c)}")
     lay = Scatter.of(win, x.dtype, source.dtype, init)
     split = x.dtype in SPLIT
-    if split and not (lay.disjoint and source.dtype in SPLIT):
-        fail(f"select_and_scatter of {x.dtype} over overlapping {size} windows (strides {stride}) or init {init}",
-             "32-bit integer shares are exact only where windows do not overlap and init is 0 (an element gets "
-             "one share): use stride ≥ window, or a float type")
+    if split and (source.dtype != x.dtype or (out_dtype or x.dtype) not in SPLIT):
+        fail(f"select_and_scatter of {x.dtype} with a {source.dtype} source into {out_dtype or x.dtype}",
+             "give 32-bit integer operands and result of one type")
+    terms = lay.shares + int(init != 0.0)
+    if lay.halves and terms > MAX_INT_TERMS:
+        fail(f"{x.dtype} select_and_scatter summing up to {terms} terms (the shares of {size} windows with "
+             f"strides {stride}, and init) an element", f"sum at most {MAX_INT_TERMS} terms (16-bit halves stay "
+             "exact in fp32 below 2**24): a smaller window or a larger stride")
     reduce_op, backwards = SELECT[select]
     (pt, _), (pl, _) = pad
     sh, sw, sd = *stride, depth.stride
@@ -193,17 +212,24 @@ def pool_grad_kernel(x: Tensor, source: Tensor, *, size: Pair, stride: Pair = (1
     dsl.memset(zero, 0.0, engine="gpsimd")
     # NOTE: two gradient tiles made once and used in turn (one is stored while the other is computed): the
     # largest tile, allocated anew per band tile, fragments SBUF between the loads of different sizes
-    grads = [] if in_place else [dsl.sbuf((parts, planes * t_rows, t_cols, plan.chunk), grad_dtype) for _ in range(2)]
+    # (32-bit integer sums: a pair of tiles, the low and the high halves' sums, ``inits`` theirs)
+    inits = _init_halves(init) if lay.halves else (init,)
+    grads = [] if in_place else [[dsl.sbuf((parts, planes * t_rows, t_cols, plan.chunk), grad_dtype) for _ in inits]
+                                 for _ in range(2)]
     loads = [partial(load, *item) for item in work]
     for j, ((q, p0, pn, c0, cc), (xt, src)) in enumerate(zip(work, prefetch(loads, plan.depth), strict=True)):
-        grad = xt if in_place else grads[j % 2][:pn, :, :, :cc]
+        accs = [xt] if in_place else [g[:pn, :, :, :cc] for g in grads[j % 2]]
+        grad = accs[0]
         halves = _halves(xt, reduce_op) if split else None
-        for p in range(0 if in_place else planes):
-            for r0, r1, k0, k1 in strips:
-                dsl.memset(grad[:, p * t_rows + r0 : p * t_rows + r1, k0:k1, :], init, engine="gpsimd")
+        shares = _source_halves(src) if lay.halves else None
+        for acc, value in zip(accs, inits, strict=True):
+            for p in range(0 if in_place else planes):
+                for r0, r1, k0, k1 in strips:
+                    dsl.memset(acc[:, p * t_rows + r0 : p * t_rows + r1, k0:k1, :], value, engine="gpsimd")
         z = zero[:pn, :, :, :cc]
         for wi in range(windows):
             rem = src[:, wi * wr : (wi + 1) * wr]
+            rems = [] if shares is None else [s[:, wi * wr : (wi + 1) * wr] for s in shares]
             at = [(wi * sd + kd * depth.dilation) * t_rows for kd, _, _ in taps]     # each tap's plane
             views = [tap_view(xt[:, a : a + t_rows], win, ky, kx, wr, wc, pn)
                      for a, (_, ky, kx) in zip(at, taps, strict=True)]
@@ -217,16 +243,26 @@ def pool_grad_kernel(x: Tensor, source: Tensor, *, size: Pair, stride: Pair = (1
                 dsl.tensor_tensor(best, v, reduce_op, out=best)
             low = None
             if pairs is not None:       # the best lo among the taps holding the best hi (module docstring)
-                picks = [dsl.tensor_tensor(dsl.tensor_tensor(h, best, "eq"), lo, "mul") for h, lo in pairs]
-                low = picks[0] if len(picks) == 1 else dsl.tensor_tensor(picks[0], picks[1], reduce_op)
-                for c in picks[2:]:
-                    dsl.tensor_tensor(low, c, reduce_op, out=low)
-                del picks
+                for h, lo in pairs:     # (one tap's pick live at a time: windows of hundreds of taps)
+                    pick = dsl.tensor_tensor(dsl.tensor_tensor(h, best, "eq"), lo, "mul")
+                    low = pick if low is None else dsl.tensor_tensor(low, pick, reduce_op, out=low)
             for k, (a, tap, v) in enumerate(zip(at, taps, views, strict=True)):
                 target = tap_view(grad[:, a : a + t_rows], win, tap[1], tap[2], wr, wc, pn)
                 if pairs is not None and low is not None:
                     h, lo = pairs[k]
                     hit = dsl.tensor_tensor(dsl.tensor_tensor(dsl.tensor_tensor(h, best, "eq"), lo, "mul"), low, "eq")
+                    # each half's share, summed as the float path's (z: 0 as fp32 bits too); the shares left
+                    # updated on GpSimd, which then takes about VectorE's time a tap (the selection is VectorE's)
+                    if rems:
+                        for acc, r in zip(accs, rems, strict=True):
+                            half = tap_view(acc[:, a : a + t_rows], win, tap[1], tap[2], wr, wc, pn)
+                            if tap in writes:
+                                dsl.where(hit, r, z.bitcast("fp32"), out=half)
+                            else:
+                                dsl.add(half, dsl.where(hit, r, z.bitcast("fp32")), out=half, engine="gpsimd")
+                            if k + 1 < len(taps):
+                                dsl.where(hit, z.bitcast("fp32"), r, out=r, engine="gpsimd")
+                        continue
                     dsl.where(hit, rem.bitcast("fp32"), z.bitcast("fp32"), out=target.bitcast("fp32"))
                     if k + 1 < len(taps):
                         dsl.where(hit, z.bitcast("fp32"), rem.bitcast("fp32"), out=rem.bitcast("fp32"))
@@ -248,7 +284,9 @@ def pool_grad_kernel(x: Tensor, source: Tensor, *, size: Pair, stride: Pair = (1
             if moves:
                 a = (depth.lead * sd + p) * t_rows
                 own = grad[:, a : a + t_rows]
-                if grad_dtype == "int32" and not split:
+                if lay.halves:
+                    own = _combine(own, accs[1][:, a : a + t_rows], out_dtype or x.dtype)
+                elif grad_dtype == "int32" and not split:
                     own = wrap_sums(own, out_dtype or x.dtype)
                 store_tile(out[:, :, :, c0 : c0 + cc], own, moves, rows * sh, lead_r * sh,
                            q * cols * sw - pl, cols * sw, lead_c * sw)
@@ -263,3 +301,33 @@ def _halves(xt: Tensor, reduce_op: str) -> tuple[Tensor, Tensor]:
     lo = dsl.tensor_scalar(xt, "and", 65535.0, dtype="fp32", engine="gpsimd")
     dsl.tensor_scalar(lo, "add", shift, out=lo, engine="gpsimd")
     return hi, lo
+
+
+def _source_halves(src: Tensor) -> tuple[Tensor, Tensor]:
+    """A tile of 32-bit integer shares as two exact fp32 tiles (module docstring): ``src & 0xFFFF`` and
+    ``src & 0xFFFF0000`` (16 significant bits)."""
+    lo = dsl.tensor_scalar(src, "and", 65535.0, dtype="fp32", engine="gpsimd")
+    hi = dsl.tensor_scalar(src, "and", float(0xFFFF0000), dtype="fp32")
+    return lo, hi
+
+
+def _init_halves(init: float) -> tuple[float, float]:
+    """The 32-bit integer ``init``'s two halves, as ``_source_halves`` splits a share."""
+    bits = int(init) & 0xFFFFFFFF
+    return float(bits & 0xFFFF), float(bits & 0xFFFF0000)
+
+
+def _combine(lo: Tensor, hi: Tensor, dtype: str) -> Tensor:
+    """The 32-bit integers (``dtype``, wrapped) whose halves' sums are ``lo`` and ``hi`` (module docstring).
+
+        low = lo mod 2**16                      exact (fmod), as uint32
+        top = hi + (lo - low)                   2**16 · (hi's sum + the carry), < 2**40, 24 bits: exact
+        out = (top mod 2**32) | low             the high half wrapped (fmod, exact), the low half joined
+    """
+    # NOTE: an integer tile is written from fp32 by rounding and clipping to its range; every value here is an
+    # exact integer in uint32's, and the bitwise ``or`` acts on the integers themselves (isa.ops.ALU_OPS)
+    low = dsl.tensor_scalar(lo, "mod", 65536.0, dtype="uint32")
+    top = dsl.tensor_tensor(hi, dsl.tensor_tensor(lo, low, "sub", dtype="fp32", engine="gpsimd"), "add")
+    high = dsl.tensor_scalar(top, "mod", 2.0**32, dtype="uint32")
+    out = dsl.tensor_tensor(high, low, "or", out=high)
+    return out if dtype == "uint32" else out.bitcast(dtype)
