@@ -15,8 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import trnsim
-from test_compiler_tilegen import _check_step, _compile, _recipe, _run_step
+from test_compiler_tilegen import _bit_exact, _check_step, _compile, _recipe
 from trnsim.compiler import tilegen
 from trnsim.compiler.tilegen.recipe import repeat_runs
 from trnsim.isa.dma import DmaCopy
@@ -30,24 +29,6 @@ def _table(rng: np.random.Generator, shape: tuple[int, ...], dtype: str) -> np.n
     x = rng.standard_normal(shape).astype(np.float32)
     x.reshape(-1)[:4] = [-0.0, 0.0, np.inf, -np.inf][: x.size]       # signed zeros and infinities stay exact
     return x.astype(jnp.bfloat16) if dtype == "bfloat16" else x
-
-
-def _bit_exact(program: trnsim.CompiledProgram, args: list[np.ndarray]) -> list[tilegen.Recipe]:
-    """No step keeps the analytic cost; each generated step's kernel gives the interpreter's values bit for bit."""
-    assert all(s.kernel != "fused_elementwise" for s in program.plan.steps), [s.ops for s in program.plan.steps]
-    recipes = []
-    for step in (s.index for s in program.plan.steps if s.kernel == "generated_elementwise"):
-        recipe, pairs = _run_step(program, args, step)
-        recipes.append(recipe)
-        for got, want in pairs:
-            got = got[:want.size].astype(want.dtype)
-            if want.dtype.kind == "f" or want.dtype == jnp.bfloat16:
-                g, w = got.astype(np.float32), want.astype(np.float32)
-                np.testing.assert_array_equal(g, w)
-                np.testing.assert_array_equal(np.signbit(g), np.signbit(w))
-            else:
-                np.testing.assert_array_equal(got.astype(np.int64), want.astype(np.int64))
-    return recipes
 
 
 @pytest.mark.parametrize("repeats", [1, 2, 3, 5])
