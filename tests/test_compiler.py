@@ -626,7 +626,7 @@ def test_random_elementwise_chains_match_jax(shape: tuple[int, ...], steps: list
 
 
 dims = st.integers(1, 700)
-SLACK = 0.15  # a larger matmul may simulate this much faster (tiling and grouping granularity, below)
+SLACK = 0.02  # a larger matmul may simulate this much faster (tiling and grouping granularity, below)
 
 
 @settings(max_examples=25, deadline=None)
@@ -643,9 +643,9 @@ def test_a_larger_matmul_never_simulates_faster(m: int, k: int, n: int, grow: tu
 
     small = time_of(m, k, n)
     large = time_of(m + grow[0], k + grow[1], n + grow[2])
-    # NOTE: the kernel's tiling is discrete: a shape can lose to a larger one whose row tiles group differently
-    # (386x1x513 simulates 0.5% slower than 513x1x513, 387x1x513 5.5%: four row tiles in one group against five in
-    # two). A known weakness of the kernel's small-shape schedule, not of the chip: 512x267x572 bf16 takes 19.5 us
-    # with 29 DMAs in series, 513..640 rows 17.1 us with 22-28 (12% faster; the worst of a 150 s random search)
+    # NOTE: the kernel's tiling is discrete, so a larger shape may save a little (SLACK). The old worst cases, the
+    # explicit examples (386/387x1x513 against 513 rows, 512x267x572 bf16 against 617), came from the last block's
+    # cut stores sharing queues round-robin with the block before's whole-tile stores: a product of few output
+    # tiles now cuts all its stores (gemm.SMALL_TILES), and these are monotone
     assert large[0] >= small[0] * (1 - SLACK) and large[1] >= small[1] * (1 - 1e-12), (small, large)
     assert math.isfinite(large[0])
