@@ -280,6 +280,23 @@ def test_steps_whose_results_are_empty_cost_nothing() -> None:
     assert [o.shape for o in program.run(x)] == [(2, 0), (2, 0)]
 
 
+def _update(w: jax.Array, b: jax.Array, gw: jax.Array, gb: jax.Array, step: jax.Array) -> tuple[jax.Array, ...]:
+    lr = 0.01 * (1 - 0.9 ** (step.astype(jnp.float32) + 1))       # shared scalar work: one fused group
+    return w - lr * gw * jnp.sqrt(jnp.abs(w)), b - lr * gb / (1 + jnp.abs(b))
+
+
+def test_a_group_of_two_iteration_spaces_is_one_generated_kernel_per_space() -> None:
+    """An optimizer's updates of a matrix and a vector fused through shared scalar work (AdamW's bias
+    correction) have no single tile loop: the step is timed as the kernel of each output size in turn, each
+    with the scalar work it needs, not by the analytic formula."""
+    args = (rand((130, 70), 1), rand((70,), 2), rand((130, 70), 3), rand((70,), 4), np.int32(3))
+    (step,) = compile_(lower(_update, *args)).plan.steps
+    assert step.kernel == "generated_elementwise"
+    parts = [compile_(lower(lambda *a, i=i: _update(*a)[i], *args)).plan.steps for i in (0, 1)]
+    assert [[s.kernel for s in p] for p in parts] == [["generated_elementwise"]] * 2
+    assert step.seconds == pytest.approx(parts[0][0].seconds + parts[1][0].seconds, rel=1e-9)
+
+
 def test_elementwise_chain_fuses_into_one_step_that_keeps_intermediates_in_sbuf() -> None:
     x = rand((256, 512), 7)
     program = compile_(lower(lambda x: jnp.exp(jnp.tanh(x) * 2.0 + 1.0) - x, x))

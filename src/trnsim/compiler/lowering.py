@@ -208,6 +208,8 @@ def plan_graph(graph: Graph, ctx: PassContext, machine: costs.Machine) -> Plan:
             costs.fused_cost(machine, members, cost, list(external.values()), outputs)
             recipe = tilegen.recipe_for(members, list(external.values()), outputs)
             timed = _generated(machine.target, recipe, ctx) if recipe is not None else None
+            if timed is None:
+                timed = _generated_by_space(machine.target, members, list(external.values()), outputs, ctx)
             if timed is not None:
                 # generated tile code, timed by the instruction-level model, replaces the analytic estimate
                 cost.busy = dict(timed.busy)
@@ -314,6 +316,50 @@ def _kernel_or_none(timing: Callable[[], T], ctx: PassContext, stat: str) -> T |
 
 def _generated(target: str, recipe: tilegen.Recipe, ctx: PassContext) -> tilegen.TileTime | None:
     return _kernel_or_none(lambda: tilegen.fused_time(target, recipe), ctx, "sbuf_fallbacks")
+
+
+def _generated_by_space(target: str, members: list[Node], external: list[Value], outputs: list[Value],
+                        ctx: PassContext) -> tilegen.TileTime | None:
+    """A fused group whose outputs have several sizes, which one generated kernel does not take (independent
+    elementwise chains fused through shared scalar work: an optimizer's updates of parameters of different
+    shapes), as one generated kernel per output size, run one after another: each computes the outputs of
+    its size from every member they depend on (the shared scalar work in each). None when the outputs have
+    one size or a part has no generated form."""
+    sizes = sorted({v.type.size for v in outputs})
+    if len(sizes) < 2:
+        return None
+    producer = {v.id: n for n in members for v in n.outputs}
+    parts: list[tilegen.TileTime] = []
+    for size in sizes:
+        outs = [v for v in outputs if v.type.size == size]
+        cone: set[int] = set()
+        stack = [producer[v.id] for v in outs]
+        while stack:
+            n = stack.pop()
+            if id(n) not in cone:
+                cone.add(id(n))
+                stack.extend(producer[u.id] for u in reads(n) if u.id in producer)
+        nodes = [n for n in members if id(n) in cone]
+        read = {u.id for n in nodes for u in reads(n)}
+        recipe = tilegen.recipe_for(nodes, [v for v in external if v.id in read], outs)
+        timed = _generated(target, recipe, ctx) if recipe is not None else None
+        if timed is None:
+            return None
+        parts.append(timed)
+    return tilegen.TileTime(sum(t.seconds for t in parts), _summed([t.busy for t in parts]),
+                            sum(t.instructions for t in parts), _summed([t.by_engine for t in parts]),
+                            sum(t.hbm_bytes for t in parts))
+
+
+N = TypeVar("N", int, float)
+
+
+def _summed(counts: list[dict[str, N]]) -> dict[str, N]:
+    total: dict[str, N] = {}
+    for c in counts:
+        for k, v in c.items():
+            total[k] = total.get(k, 0) + v
+    return total
 
 
 def _generated_layout(target: str, layout: dmagen.Layout, ctx: PassContext) -> dmaindex.LayoutTime | None:
