@@ -1237,3 +1237,11 @@ def test_activations_keep_the_sign_of_zero() -> None:
     recipes = _exact(f, x)
     acts = {s[1]: s[2][1:] for r in recipes for s in r.steps if s[0] == "act"}
     assert acts == dict.fromkeys(["neg", "tanh", "sqrt", "rsqrt"], (("imm", -0.0),))
+
+
+def test_an_integer_column_stored_whole_keeps_every_bit() -> None:
+    """A broadcast int32 column written as a whole tensor is combined with the zero tile by an integer ``or``
+    (exact on all 32 bits), not an fp32 ``add``, which rounds values beyond 2**24."""
+    x = np.arange(300 * 40, dtype=np.int32).reshape(300, 40)
+    c = (np.arange(300, dtype=np.int64) * 7919 + 2**30 + 1).astype(np.int32)
+    _exact(lambda x, c: (x + 1, jnp.broadcast_to(c[:, None], x.shape) + 0), x, c)

@@ -220,6 +220,10 @@ class _Builder:
     def kind(self, ref: Ref) -> str:
         return "imm" if ref[0] == "imm" else self.kinds[ref]
 
+    def dtype_of(self, ref: Ref) -> str:
+        """The DSL dtype a loaded input or a step's result holds."""
+        return self.inputs[ref[1]][0] if ref[0] == "in" else self.steps[ref[1]][3]
+
     def push(self, step: Step, kind: str, phase: str | None = None) -> Ref:
         self.steps.append(step)
         self.phases.append(phase or {"vec": "pre", "red": "post"}.get(kind, "block"))
@@ -840,8 +844,12 @@ class _Builder:
         k = self.kind(ref)
         width = self.cols or self.n // PARTITIONS
         if v.type.size == self.n and k in ("col", "sc"):
-            # a broadcast column stored whole: added to a zero tile, one tensor_scalar per tile
-            ref = self.push(("alu", "add", (self.const(0.0, dt), ref), dt), "full")
+            # a broadcast column stored whole: combined with a zero tile, one tensor_scalar per tile (an integer
+            # column by ``or``, exact on every bit, where an fp32 ``add`` rounds beyond 2**24)
+            from trnsim.isa.dtypes import DTYPES
+
+            op = "or" if DTYPES[dt].kind == "int" and DTYPES[self.dtype_of(ref)].kind == "int" else "add"
+            ref = self.push(("alu", op, (self.const(0.0, dt), ref), dt), "full")
             k = "full"
         if v.type.size == self.n and k in ("full", "vec"):
             return ref, dt, "full", (self.rows, width)
