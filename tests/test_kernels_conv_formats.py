@@ -13,7 +13,7 @@ import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 import pytest
-from hypothesis import assume, given, settings
+from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
 import trnsim
@@ -72,6 +72,8 @@ TYPES = [(jnp.int8, None, 1), (jnp.int8, jnp.int32, 3), (jnp.uint8, jnp.int32, 3
 
 @settings(max_examples=40, deadline=None)
 @given(convolutions(), st.sampled_from(TYPES), st.integers(0, 2**31))
+@example({"n": 1, "h": 1, "w": 1, "kh": 1, "kw": 1, "ci": 1, "co": 130, "stride": (1, 1), "padding": ((0, 0), (1, -1)),
+          "lhs": (1, 1), "rhs": (1, 1), "dn": DN}, (jnp.int8, jnp.int32, 3), 0)
 def test_compiled_convolutions_run_exactly_on_small_integers(c: dict[str, Any], types: tuple[Any, Any, int],
                                                              seed: int) -> None:
     """The conv the compiler lowers (its layout, window and types from ``conv_for``) computes what XLA does."""
@@ -90,17 +92,44 @@ def test_compiled_convolutions_run_exactly_on_small_integers(c: dict[str, Any], 
                                             dimension_numbers=c["dn"], preferred_element_type=preferred,
                                             precision=jax.lax.Precision.HIGHEST)
 
-    want = np.asarray(jax.jit(f)(x, w))
-    exact = np.asarray(jax.lax.conv_general_dilated(jnp.asarray(x, jnp.float32), jnp.asarray(w, jnp.float32),
-                                                    c["stride"], c["padding"], c["lhs"], c["rhs"],
-                                                    dimension_numbers=c["dn"], precision=jax.lax.Precision.HIGHEST))
+    out_dtype = np.dtype(jax.eval_shape(f, x, w).dtype)
+    exact = _numpy_conv(x.astype(np.float64), w.astype(np.float64), c)
     # NOTE: a sum outside an integer result's range wraps in StableHLO but saturates on the chip's conversion
-    assume(np.all((np.iinfo(want.dtype).min <= exact) & (exact <= np.iinfo(want.dtype).max))
-           if np.issubdtype(want.dtype, np.integer) else True)
+    assume(np.all((np.iinfo(out_dtype).min <= exact) & (exact <= np.iinfo(out_dtype).max))
+           if np.issubdtype(out_dtype, np.integer) else True)
+    want = exact.astype(out_dtype)      # exact sums, rounded once to the result type (as XLA rounds them)
     conv = _compiled(f, x, w)
     assert conv.dtype == ISA[dtype]
     got = _run(conv, x, w)
     assert np.array_equal(got.astype(np.float64), want.astype(np.float64)), (got, want)
+
+
+def _numpy_conv(x: np.ndarray, w: np.ndarray, c: dict[str, Any]) -> np.ndarray:
+    """StableHLO's convolution in float64 (exact on these small integers): the input dilated, then padded (a
+    negative padding crops), the dilated window slid with its stride. The reference, not XLA's CPU
+    convolution, which with a negative padding can ignore it (1x1 input, padding (1, -1), 130 output channels:
+    x·w where the padded input is a single zero)."""
+    if c["dn"] != DN:
+        x, w = x.transpose(0, 2, 3, 1), w.transpose(2, 3, 1, 0)
+    n, h, wd, ci = x.shape
+    (lh, lw), (dh, dw), (sh, sw) = c["lhs"], c["rhs"], c["stride"]
+    xd = np.zeros((n, (h - 1) * lh + 1, (wd - 1) * lw + 1, ci))
+    xd[:, ::lh, ::lw, :] = x
+    for axis, (lo, hi) in zip((1, 2), c["padding"], strict=True):
+        pad = [(0, 0)] * 4
+        pad[axis] = (max(lo, 0), max(hi, 0))
+        xd = np.pad(xd, pad)
+        keep = [slice(None)] * 4
+        keep[axis] = slice(max(-lo, 0), xd.shape[axis] - max(-hi, 0))
+        xd = xd[tuple(keep)]
+    kh, kw = w.shape[:2]
+    oh, ow = (xd.shape[1] - (kh - 1) * dh - 1) // sh + 1, (xd.shape[2] - (kw - 1) * dw - 1) // sw + 1
+    out = np.zeros((n, oh, ow, w.shape[3]))
+    for i in range(kh):
+        for j in range(kw):
+            rows, cols = slice(i * dh, i * dh + (oh - 1) * sh + 1, sh), slice(j * dw, j * dw + (ow - 1) * sw + 1, sw)
+            out += xd[:, rows, cols, :] @ w[i, j]
+    return out if c["dn"] == DN else out.transpose(0, 3, 1, 2)
 
 
 @pytest.mark.parametrize("dtype,fmt", [("fp16", "fp16"), ("bf16", "bf16"), ("fp8_e4m3", "fp8_e4m3"),
