@@ -13,6 +13,7 @@ import numpy as np
 from trnsim.compiler.tilegen.recipe import (
     ACT,
     ALU,
+    BITS,
     BITWISE,
     CMP,
     DSL_DTYPE,
@@ -425,6 +426,8 @@ class _Builder:
                 node.inputs[0].type.size != out_t.size:
             return None                  # a reduced result broadcast back (a leading-axis one is ready only after
                                          # the loop; a middle-axis one has rows of another width)
+        if node.op == "bitcast_convert":
+            return self.bitcast(node, operands[0], kinds[0], dt)
         if node.op == "convert":
             src = node.inputs[0].type.dtype
             if kinds[0] == "imm" or src == out_t.dtype:
@@ -542,6 +545,20 @@ class _Builder:
             self.red_shape[ref] = next(self.red_shape[o] for o in operands if o[0] != "imm" and self.kind(o) == "red")
         return self.push(("wrap", WRAP[out_t.dtype], (ref,), dt), result) if wraps else ref
 
+    def bitcast(self, node: Node, x: Ref, kind: str, dt: str) -> Ref | None:
+        """``bitcast_convert`` between element types of one width of at most 16 bits, or None: the bits copied
+        as the unsigned integers of that width (``BITS``), exact through VectorE's fp32, and read as the
+        result's type. A copy of the bits, not of the values, so NaN payloads stay as they were. Wider ones
+        stay analytic: the integer arithmetic that follows a 32-bit one (``nextafter``'s ±1) runs on bit
+        patterns far beyond 2**24, which the fp32 ALU rounds."""
+        src, out = node.inputs[0].type.dtype, node.out.type.dtype
+        if x[0] == "imm" or src not in BITS or BITS.get(out) != BITS[src]:
+            return None
+        ref = self.push(("bitcast", BITS[src], (x,), dt), kind)
+        if kind == "red":
+            self.red_shape[ref] = self.red_shape[x]
+        return ref
+
     def before_loop(self, ref: Ref) -> bool:
         """Make a scalar column (kind ``sc``) once, before the tile loop (phase ``pre``), so that the ops after the
         loop may read it; False if it is not made of immediates and scalar inputs alone."""
@@ -550,7 +567,7 @@ class _Builder:
         if ref[0] == "imm":
             return True
         kind, _, operands, _ = self.steps[ref[1]]
-        if self.kinds[ref] != "sc" or kind not in ("alu", "act", "copy", "select", "wrap", "const") or \
+        if self.kinds[ref] != "sc" or kind not in ("alu", "act", "copy", "select", "wrap", "bitcast", "const") or \
                 not all(self.before_loop(o) for o in operands):
             return False
         self.phases[ref[1]] = "pre"

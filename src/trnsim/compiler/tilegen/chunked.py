@@ -43,7 +43,7 @@ from trnsim.compiler.tilegen.recipe import (
     space,
 )
 
-_ELEMENTWISE = ("alu", "act", "copy", "select", "wrap")
+_ELEMENTWISE = ("alu", "act", "copy", "select", "wrap", "bitcast")
 _FOLDED = ("reduce", "middle")   # a tile's chunks folded into one value per tile: a column, or [rows, inner]
 
 

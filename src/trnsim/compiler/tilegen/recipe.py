@@ -45,6 +45,10 @@ DSL_DTYPE: dict[str, str] = {"f32": "fp32", "bf16": "bf16", "f16": "fp16", "i1":
 # below 2**24, the convention i32 arithmetic keeps, whose results are written to int32 and saturate)
 WRAP: dict[str, str] = {"i8": "uint8", "i16": "uint16", "i32": "uint32", "ui8": "uint8", "ui16": "uint16",
                         "ui32": "uint32"}
+# element type → the DSL unsigned integer type of its width, for the bitcasts a recipe makes (``build.bitcast``):
+# widths of at most 16 bits, whose bit patterns VectorE's fp32 holds exactly
+BITS: dict[str, str] = {"bf16": "uint16", "f16": "uint16", "i16": "uint16", "ui16": "uint16", "i8": "uint8",
+                        "ui8": "uint8"}
 _NARROW = frozenset({"i8", "i16", "ui8", "ui16"})
 UNSIGNED = frozenset({"ui8", "ui16", "ui32"})
 # op → the integer types whose results it may take out of range (ui32's made from its operands read as int32:
