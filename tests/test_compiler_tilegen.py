@@ -947,17 +947,20 @@ def test_integer_sums_over_leading_axes_and_reductions_from_another_start_are_ex
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
-def test_reduce_precision_to_a_wider_format_is_a_copy_and_to_its_own_flushes(dtype: str) -> None:
-    """``reduce_precision`` to e11m52 keeps every value (subnormals, infinities, NaN): a copy; to the type's own
-    exponent width it would flush the subnormals, so that keeps the analytic cost."""
+def test_reduce_precision_to_a_format_at_least_as_wide_is_a_copy(dtype: str) -> None:
+    """``reduce_precision`` to e11m52, or to the type's own exponent width, keeps every value (subnormals,
+    infinities, NaN: the op flushes only where the format's exponent is narrower): a copy. To a narrower
+    mantissa it rounds, which keeps the analytic cost."""
     tiny = float(jnp.finfo(dtype).smallest_subnormal)
     x = np.resize(np.asarray([1.5, -0.0, tiny, -tiny, np.inf, -np.inf, np.nan, 3e4], np.float32), 64)
     x = x.reshape(4, 16).astype(dtype)
-    (recipe,) = _exact(lambda x: jax.lax.reduce_precision(x, exponent_bits=11, mantissa_bits=52), x)
-    assert [s[0] for s in recipe.steps] == ["copy"]
-    own = _compile(lambda x: jax.lax.reduce_precision(x, exponent_bits=5 if dtype == "float16" else 8,
-                                                       mantissa_bits=23), x)
-    assert [s.kernel for s in own.plan.steps] == ["fused_elementwise"]
+    own = 5 if dtype == "float16" else 8
+    for exponent_bits, mantissa_bits in ((11, 52), (own, 23)):
+        (recipe,) = _exact(lambda x, e=exponent_bits, m=mantissa_bits: jax.lax.reduce_precision(
+            x, exponent_bits=e, mantissa_bits=m), x)
+        assert [s[0] for s in recipe.steps] == ["copy"]
+    narrower = _compile(lambda x: jax.lax.reduce_precision(x, exponent_bits=own, mantissa_bits=2), x)
+    assert [s.kernel for s in narrower.plan.steps] == ["fused_elementwise"]
 
 
 def test_wrapped_integers_rounding_and_shifts_in_rows_longer_than_max_row_are_exact() -> None:

@@ -57,3 +57,21 @@ def test_rng_bit_generator_matches_xla_bit_for_bit(algorithm: str, dtype: type, 
     got = trnsim.jit(fn, cache=False, timing=False)(key)
     for g, e in zip(got, expected, strict=True):
         np.testing.assert_array_equal(np.asarray(g), np.asarray(e))
+
+
+@pytest.mark.parametrize(("dtype", "width"), [(np.float32, 32), (jax.numpy.bfloat16, 16), (np.float16, 16)])
+@pytest.mark.parametrize(("exponent_bits", "mantissa_bits"), [(8, 23), (8, 7), (5, 10), (8, 10), (5, 2), (4, 3),
+                                                              (2, 1), (1, 0), (11, 52), (6, 0), (8, 0)])
+def test_reduce_precision_works_on_the_operands_bits_as_xla_does(dtype: type, width: int, exponent_bits: int,
+                                                                 mantissa_bits: int) -> None:
+    """Random bit patterns (subnormals, infinities, NaNs with payloads among them): the mantissa field rounded to
+    nearest even, a carry into the exponent, flushes only where the format's exponent is narrower than the
+    operand's (its own subnormals stay), NaNs kept; equal to XLA's bits, NaNs compared as NaNs."""
+    rng = np.random.default_rng(exponent_bits * 64 + mantissa_bits)
+    codes = rng.integers(0, 1 << width, 2000, dtype=np.uint64).astype(np.uint32 if width == 32 else np.uint16)
+    x = codes.view(dtype)
+    got, expected = _both(lambda v: lax.reduce_precision(v, exponent_bits=exponent_bits,
+                                                         mantissa_bits=mantissa_bits), x)
+    nan = np.isnan(expected.astype(np.float32))
+    np.testing.assert_array_equal(np.isnan(got.astype(np.float32)), nan)
+    np.testing.assert_array_equal(got.view(codes.dtype)[~nan], expected.view(codes.dtype)[~nan])

@@ -910,13 +910,13 @@ def _fold_constant(node: Node, operands: tuple[Ref, ...]) -> Ref | None:
 
 
 def _wider(exponent_bits: int, mantissa_bits: int, dtype: str) -> bool:
-    """Whether ``reduce_precision`` to a float format of these bits keeps every value of ``dtype`` (to e11m52).
-    NOTE: an exponent of the type's own width is not enough: the op flushes the format's subnormals, which
-    would include the type's own."""
+    """Whether ``reduce_precision`` to a float format of these bits keeps every value of ``dtype``: an exponent
+    and a mantissa at least as wide as the type's (the op flushes only where the format's exponent is narrower,
+    ``ir.semantics.elementwise._reduce_precision``, so the type's own subnormals stay)."""
     if dtype not in FLOAT_BITS:
         return False
     exponent, mantissa = FLOAT_BITS[dtype]
-    return exponent_bits > exponent and mantissa_bits >= mantissa
+    return exponent_bits >= exponent and mantissa_bits >= mantissa
 
 
 def _conversion(src: str, out: str) -> str:

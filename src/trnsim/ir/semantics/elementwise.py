@@ -369,18 +369,54 @@ def _bitcast_convert(node: Node, args: Arrays, interp: Interpreter) -> Arrays:
     return [x.view(odt).reshape(node.out.type.shape)]
 
 
+# the IEEE formats whose reduce_precision works on their bits: numpy dtype name → (exponent, mantissa) bits
+_IEEE_FIELDS: dict[str, tuple[int, int]] = {"float16": (5, 10), "bfloat16": (8, 7), "float32": (8, 23),
+                                            "float64": (11, 52)}
+
+
 @semantics("reduce_precision", kind="elementwise")
 def _reduce_precision(node: Node, args: Arrays, interp: Interpreter) -> Arrays:
-    """result = operand rounded (RNE) to a float with ``exponent_bits`` and ``mantissa_bits``: overflow goes to
-    ±inf, underflow to ±0 (subnormals of the narrow format flush), NaN stays NaN"""
-    x = compute(args[0]).astype(np.float64)
+    """result = operand rounded (RNE) to a float with ``exponent_bits`` and ``mantissa_bits`` and back, as XLA
+    and the StableHLO reference interpreter do it, on the operand's own bits: the mantissa field rounded to
+    ``mantissa_bits`` (a carry may raise the exponent, up to ±inf); then, only if the format's exponent is
+    narrower than the operand's, exponents beyond its range go to ±inf and those at or below its smallest
+    normal one to ±0 (the narrow format has no subnormals); NaN stays the operand's NaN. With the operand's own
+    exponent width nothing flushes: its subnormals keep their (rounded) mantissa field."""
+    x = np.ascontiguousarray(args[0])
+    fields = _IEEE_FIELDS.get(x.dtype.name)
+    if fields is None:
+        return [to(node.out, _reduce_precision_values(x, node.attrs["exponent_bits"], node.attrs["mantissa_bits"]))]
+    src_e, src_m = fields
     e_bits, m_bits = node.attrs["exponent_bits"], node.attrs["mantissa_bits"]
+    width = 8 * x.dtype.itemsize
+    raw = x.view(f"u{x.dtype.itemsize}")
+    bits = raw.astype(np.uint64)
+    full = np.uint64((1 << width) - 1)
+    if m_bits < src_m:
+        shift = src_m - m_bits
+        last = np.uint64(1 << shift)
+        bias = (bits & last) >> np.uint64(shift)          # ties to even: half, plus the kept last bit
+        bits = (bits + bias + np.uint64((1 << (shift - 1)) - 1)) & ~(last - np.uint64(1)) & full
+    if e_bits < src_e:
+        exponent = np.uint64(((1 << src_e) - 1) << src_m)
+        src_bias, red_bias = (1 << (src_e - 1)) - 1, (1 << (e_bits - 1)) - 1
+        field = bits & exponent
+        sign = bits & np.uint64(1 << (width - 1))
+        bits = np.where(field > np.uint64((src_bias + red_bias) << src_m), sign | exponent,
+                        np.where(field <= np.uint64((src_bias - red_bias) << src_m), sign, bits))
+    out = np.where(np.isnan(x), raw, bits.astype(raw.dtype))
+    return [out.view(x.dtype).reshape(node.out.type.shape)]
+
+
+def _reduce_precision_values(x: np.ndarray, e_bits: int, m_bits: int) -> np.ndarray:
+    """``reduce_precision`` by value, for operand formats without IEEE fields (the fp8 variants): rounded to
+    nearest even; overflow to ±inf, values below the narrow format's smallest normal to ±0, NaN kept."""
+    wide = compute(x).astype(np.float64)
     bias = 2 ** (e_bits - 1) - 1
-    m, e = np.frexp(x)                      # x = m * 2^e, 0.5 <= |m| < 1
+    m, e = np.frexp(wide)                   # x = m * 2^e, 0.5 <= |m| < 1
     scaled = np.ldexp(np.rint(np.ldexp(m, m_bits + 1)), e - m_bits - 1)
     max_normal = (2 - 2.0 ** -m_bits) * 2.0 ** bias
-    out = np.where(np.abs(scaled) > max_normal, np.copysign(np.inf, x), scaled)
-    out = np.where(np.abs(out) < 2.0 ** (1 - bias), np.copysign(0.0, x), out)
-    out = np.where(np.isfinite(x), out, x)
-    return [to(node.out, out)]
+    out = np.where(np.abs(scaled) > max_normal, np.copysign(np.inf, wide), scaled)
+    out = np.where(np.abs(out) < 2.0 ** (1 - bias), np.copysign(0.0, wide), out)
+    return np.where(np.isfinite(wide), out, wide)
 
