@@ -75,3 +75,45 @@ def test_reduce_precision_works_on_the_operands_bits_as_xla_does(dtype: type, wi
     nan = np.isnan(expected.astype(np.float32))
     np.testing.assert_array_equal(np.isnan(got.astype(np.float32)), nan)
     np.testing.assert_array_equal(got.view(codes.dtype)[~nan], expected.view(codes.dtype)[~nan])
+
+
+def _argmax_pair(a, b):  # type: ignore[no-untyped-def]
+    (av, ai), (bv, bi) = a, b
+    pick = (av > bv) | ((av == bv) & (ai < bi))
+    return lax.select(pick, av, bv), lax.select(pick, ai, bi)
+
+
+_SCATTER_ROWS = lax.ScatterDimensionNumbers(update_window_dims=(1,), inserted_window_dims=(0,),
+                                            scatter_dims_to_operand_dims=(0,))
+_GATHER_ROWS = lax.GatherDimensionNumbers(offset_dims=(1,), collapsed_slice_dims=(0,), start_index_map=(0,))
+EMPTY_CASES = {
+    "sum of an empty operand": (lambda x: lax.reduce(x, np.float32(0), lax.add, (0, 2)),
+                                [np.zeros((0, 1, 5), np.float32)]),
+    "product of an empty operand": (lambda x: lax.reduce(x, np.uint16(1), lax.mul, (0, 2)),
+                                    [np.zeros((0, 1, 5), np.uint16)]),
+    "variadic reduce to an empty result": (
+        lambda x: lax.reduce((x, lax.broadcasted_iota(np.int32, x.shape, 0)), (np.int8(-128), np.int32(0)),
+                             _argmax_pair, (0,)), [np.zeros((2, 0, 5), np.int8)]),
+    "scatter into an empty operand": (lambda x, i, u: x.at[i].add(u, mode="drop"),
+                                      [np.zeros((0, 1), np.float32), np.array([0, 2], np.int32),
+                                       np.ones((2, 1), np.float32)]),
+    "scatter of empty windows": (lambda x, i, u: lax.scatter_add(x, i, u, _SCATTER_ROWS, mode="drop"),
+                                 [np.zeros((2, 0), np.float32), np.array([[1], [0]], np.int32),
+                                  np.ones((2, 0), np.float32)]),
+    "gather of empty slices": (lambda x, i: lax.gather(x, i, _GATHER_ROWS, (1, 0), mode="clip"),
+                               [np.zeros((2, 0), np.float32), np.array([[1], [0]], np.int32)]),
+    "rank-0 dynamic_slice (JAX prints text that does not parse)": (lambda x: lax.dynamic_slice(x, [], []),
+                                                                   [np.float32(3.0)]),
+}
+
+
+@pytest.mark.parametrize("name", list(EMPTY_CASES))
+def test_zero_size_dimensions_and_rank_0_slices_compile_and_run(name: str) -> None:
+    """Found by fuzzing against jax: operands with a zero-size dimension (and a rank-0 dynamic slice) compile, run
+    and give XLA's results and shapes."""
+    fn, args = EMPTY_CASES[name]
+    expected = jax.jit(fn)(*args)
+    got = trnsim.jit(fn, cache=False)(*args)
+    for g, e in zip(jax.tree.leaves(got), jax.tree.leaves(expected), strict=True):
+        assert np.shape(g) == np.shape(e)
+        np.testing.assert_array_equal(np.asarray(g), np.asarray(e))

@@ -45,6 +45,7 @@ def parse(source: Any) -> tuple[Any, str]:
 
     where = describe(source)
     ctx = context()
+    given = source
     source = unwrap(read_source(source))
     with ctx:
         if isinstance(source, bytes | bytearray):
@@ -62,9 +63,11 @@ def parse(source: Any) -> tuple[Any, str]:
             try:
                 module = ir.Module.parse(source)
             except Exception as exc:       # MLIR raises its own error types with the diagnostics
-                raise CompileError(f"not a valid StableHLO module: {_first_diagnostic(exc)}", where=where,
-                                   hint="the text must parse with jaxlib's MLIR (stablehlo, chlo, func, sdy)"
-                                   ) from exc
+                module = _reparsed(given)
+                if module is None:
+                    raise CompileError(f"not a valid StableHLO module: {_first_diagnostic(exc)}", where=where,
+                                       hint="the text must parse with jaxlib's MLIR (stablehlo, chlo, func, sdy)"
+                                       ) from exc
         else:
             raise CompileError(f"cannot compile a {type(source).__name__}", where=where,
                                hint="pass StableHLO text, a path, bytecode, jax.jit(f).lower(...), a "
@@ -72,6 +75,26 @@ def parse(source: Any) -> tuple[Any, str]:
         _legalize_chlo(module, where)
         text = str(module.operation.get_asm(enable_debug_info=False))
     return module, text
+
+
+def _reparsed(given: Any) -> Any:
+    """A ``Lowered``'s or module object's module, read back from its bytecode, for when its printed text does not
+    parse (jaxlib prints a rank-0 ``dynamic_slice`` as ``%x, , sizes = []``); None for other sources or if that
+    fails too. Call in trnsim's context."""
+    import io
+
+    from jaxlib.mlir import ir
+
+    module = mlir_module(given)
+    if module is None:
+        return None
+    out = io.BytesIO()
+    try:
+        with module.context:
+            module.operation.write_bytecode(out)
+        return ir.Module.parse(out.getvalue())
+    except Exception:                      # (the text's own error is the one to report)
+        return None
 
 
 def is_path(source: object) -> bool:

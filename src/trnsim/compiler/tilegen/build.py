@@ -1147,8 +1147,8 @@ def recipe_for(nodes: list[Node], external: list[Value], outputs: list[Value]) -
 def lowered(nodes: list[Node], external: list[Value], outputs: list[Value]) -> tuple[Recipe, list[Value]] | None:
     """The recipe of a fused group and the value each kernel input holds (row-major, reshaped to the
     input's 2-D shape), or None."""
-    if not nodes or not outputs:
-        return None
+    if not nodes or not outputs or any(v.type.size == 0 for nd in nodes for v in (*nd.inputs, *nd.outputs)):
+        return None                      # (an empty operand: a reduction of it is its init value, no tile loop)
     n = max(v.type.size for nd in nodes for v in (*nd.inputs, *nd.outputs))
     layout = _layout(nodes, n)
     if layout is None:

@@ -23,7 +23,8 @@ def index_recipe(node: Node) -> Recipe | None:
     x, idx = node.inputs[0].type, node.inputs[1].type
     r = x.rank
     lead = tuple(range(r - 1))
-    if r < 2 or x.dtype not in ("f32", "bf16", "f16") or idx.dtype not in ("i32", "ui32") or x.shape[-1] > MAX_ROW:
+    if r < 2 or x.dtype not in ("f32", "bf16", "f16") or idx.dtype not in ("i32", "ui32") or x.shape[-1] > MAX_ROW \
+            or x.size == 0:
         return None
     rows, cols = x.size // x.shape[-1], x.shape[-1]
     if idx.size != rows:

@@ -99,6 +99,8 @@ def _scatter(node: Node, args: Arrays, interp: Interpreter) -> Arrays:
     window_operand_dims = [d for d in range(rank) if d not in skipped]
     for w, d in zip(window_dims, window_operand_dims, strict=True):
         full[..., d] += grids[w]
+    if inputs[0].size == 0 or upd.size == 0:   # nothing to update, or nowhere to: every window is skipped
+        return [x.copy() for x in inputs]
     shape = np.asarray(inputs[0].shape)
     inside = np.all((full >= 0) & (full < shape), axis=-1)
     # NOTE: the spec skips an update when any element of its *window* is out of bounds, not just itself

@@ -103,8 +103,9 @@ def _reduce(node: Node, args: Arrays, interp: Interpreter) -> Arrays:
 def _fold(node: Node, body: Graph, operands: Sequence[np.ndarray], inits: Sequence[np.ndarray],
           dims: tuple[int, ...], interp: Interpreter) -> Arrays:
     keep = [d for d in range(operands[0].ndim) if d not in dims]
-    moved = [np.transpose(x, list(dims) + keep).reshape((-1, *[x.shape[d] for d in keep])) for x in operands]
     out_shape = tuple(operands[0].shape[d] for d in keep)
+    reduced = int(np.prod([operands[0].shape[d] for d in dims], dtype=np.int64))   # (not -1: sizes may be 0)
+    moved = [np.transpose(x, list(dims) + keep).reshape((reduced, *out_shape)) for x in operands]
     acc = [np.broadcast_to(i, out_shape).copy() for i in inits]
     for step in range(moved[0].shape[0]):
         acc = interp.call(body, [*acc, *(m[step] for m in moved)], vectorized=True)
