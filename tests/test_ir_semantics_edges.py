@@ -117,3 +117,33 @@ def test_zero_size_dimensions_and_rank_0_slices_compile_and_run(name: str) -> No
     for g, e in zip(jax.tree.leaves(got), jax.tree.leaves(expected), strict=True):
         assert np.shape(g) == np.shape(e)
         np.testing.assert_array_equal(np.asarray(g), np.asarray(e))
+
+
+def test_a_sort_whose_comparator_compares_an_element_with_itself_keeps_the_order() -> None:
+    """``compare LT, %lhs, %lhs`` is always false: no element goes before another, so a stable sort is the
+    identity (it was taken for an ascending sort by the key)."""
+    text = """module @m {
+  func.func public @main(%arg0: tensor<5xi32>, %arg1: tensor<5xf32>) -> (tensor<5xi32>, tensor<5xf32>) {
+    %0:2 = "stablehlo.sort"(%arg0, %arg1) <{dimension = 0 : i64, is_stable = true}> ({
+    ^bb0(%a0: tensor<i32>, %b0: tensor<i32>, %a1: tensor<f32>, %b1: tensor<f32>):
+      %c = stablehlo.compare LT, %a0, %a0, SIGNED : (tensor<i32>, tensor<i32>) -> tensor<i1>
+      stablehlo.return %c : tensor<i1>
+    }) : (tensor<5xi32>, tensor<5xf32>) -> (tensor<5xi32>, tensor<5xf32>)
+    return %0#0, %0#1 : tensor<5xi32>, tensor<5xf32>
+  }
+}"""
+    x, y = np.array([3, 1, 4, 1, 5], np.int32), np.arange(5, dtype=np.float32)
+    got = trnsim.compile(text, cache=False).run(x, y, timing=False)
+    np.testing.assert_array_equal(got[0], x)
+    np.testing.assert_array_equal(got[1], y)
+
+
+def test_reduce_window_with_no_window_that_fits_is_empty() -> None:
+    """A (dilated) window longer than the padded operand: an empty result (a strided slice's stop counted from
+    the end gave a wrongly shaped view)."""
+    x = np.ones((2, 2), np.float32)
+    for fn in (lambda v: lax.reduce_window(v, np.float32(0), lax.add, (1, 3), (1, 2), ((0, 0), (0, 2)), (1, 1),
+                                           (1, 2)),
+               lambda v: lax.reduce_window(v, np.float32(0), lax.add, (1, 5), (1, 1), "VALID")):
+        got, expected = _both(fn, x)
+        assert got.shape == expected.shape == (2, 0)

@@ -155,6 +155,8 @@ def _reduce_window(node: Node, args: Arrays, interp: Interpreter) -> Arrays:
     n = len(args) // 2
     operands, inits = args[:n], args[n:]
     out_shape = node.outputs[0].type.shape
+    if 0 in out_shape:                  # no window fits (a slice's stop (n - 1)·s + 1 would count from the end)
+        return [to(v, np.broadcast_to(compute(i), out_shape)) for v, i in zip(node.outputs, inits, strict=True)]
     views = [_window_views(compute(x), compute(i), node, out_shape) for x, i in zip(operands, inits, strict=True)]
     body = node.regions[0]
     op = simple_combiner(body) if n == 1 else None

@@ -29,7 +29,7 @@ def _simple_order(region: Graph) -> tuple[int, str, bool] | None:
     params = [p.id for p in region.params]
     a, b = (params.index(v.id) if v.id in params else -1 for v in node.inputs)
     direction = node.attrs["comparison_direction"]
-    if a < 0 or b < 0 or a // 2 != b // 2 or direction not in ("LT", "GT"):
+    if a < 0 or b < 0 or a == b or a // 2 != b // 2 or direction not in ("LT", "GT"):
         return None
     if a % 2 == 1:          # compare(rhs, lhs): flip
         direction = "GT" if direction == "LT" else "LT"
