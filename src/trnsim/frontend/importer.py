@@ -288,6 +288,8 @@ class _Importer:
             elif name == "stablehlo.custom_call" and self.collect_checks and \
                     _str_attr(o.attributes["call_target_name"]).startswith("check."):
                 outs = self.check(o, vmap, nodes)
+            elif name == "stablehlo.custom_call" and _str_attr(o.attributes["call_target_name"]) == "ApproxTopK":
+                outs = self.approx_top_k(o, vmap, nodes)
             else:
                 outs = self.node(o, vmap, nodes)
             for r, v in zip(o.results, outs, strict=True):
@@ -359,6 +361,49 @@ class _Importer:
             outs.append(const.out)
         return outs
 
+    def approx_top_k(self, o: Any, vmap: dict[Any, Tree], nodes: list[Node]) -> list[Tree]:
+        """``ApproxTopK`` (``lax.approx_max_k``/``approx_min_k``): ``n`` operands, then ``n`` initial values, a
+        comparator function of ``2n`` scalars in ``called_computations``, and ``reduction_dim``/``top_k`` in
+        ``mhlo.backend_config``. Imported as XLA runs it where no approximate kernel exists (its fallback): a
+        stable sort of the operands along the reduction dim by the comparator, each result the first entries of
+        its sorted operand (``top_k`` of them, or what the result type has when ``aggregate_to_topk`` is off).
+        An exact top-k is a valid answer to any recall target."""
+        where = self.loc(o)
+        operands = self.tensors(o, vmap, where)
+        n = len(o.results)
+        config, computations = _optional(o, "mhlo.backend_config"), _optional(o, "called_computations") or []
+        if config is None or "reduction_dim" not in config or len(operands) != 2 * n or len(computations) != 1:
+            raise CompileError("ApproxTopK needs n operands, n initial values, one comparator in "
+                               "called_computations and reduction_dim in mhlo.backend_config", where=where,
+                               hint="the module is malformed (JAX's lax.approx_max_k emits this form)")
+        dim = int(config["reduction_dim"].value)
+        callee = self.function(str(computations[0]).strip('"').lstrip("@"), where)
+        block = callee.regions[0].blocks[0]
+        params = [Value(self.tensor_type(a.type, where)) for a in block.arguments]
+        body: list[Node] = []
+        results = self.block(block, dict(zip(block.arguments, params, strict=True)), body)
+        if len(params) != 2 * n or len(results) != 1 or not isinstance(results[0], Value):
+            raise CompileError(f"the ApproxTopK comparator takes {len(params)} scalars and returns "
+                               f"{len(results)} values, not {2 * n} and one i1", where=where,
+                               hint="the module is malformed")
+        comparator = Graph(params, body, [results[0]], name="sort.region")
+        inputs = operands[:n]
+        sort = Node.make("sort", inputs, [v.type for v in inputs], {"dimension": dim, "is_stable": True},
+                         [comparator], where)
+        nodes.append(sort)
+        outs: list[Tree] = []
+        for value, r in zip(sort.outputs, o.results, strict=True):
+            t = self.tensor_type(r.type, where)
+            if t.rank != value.type.rank or not 0 <= dim < t.rank or \
+                    any(a != b for d, (a, b) in enumerate(zip(t.shape, value.type.shape, strict=True)) if d != dim):
+                raise CompileError(f"an ApproxTopK result of shape {t.shape} for an operand of shape "
+                                   f"{value.type.shape} along dim {dim}", where=where, hint="the module is malformed")
+            take = Node.make("slice", [value], [t], {"start_indices": (0,) * t.rank, "limit_indices": t.shape,
+                                                     "strides": (1,) * t.rank}, [], where)
+            nodes.append(take)
+            outs.append(take.out)
+        return outs
+
     # -- ops -------------------------------------------------------------------------------------------
     def tensors(self, o: Any, vmap: dict[Any, Tree], where: str) -> list[Value]:
         """The operands of an op that takes tensors only."""
@@ -405,6 +450,11 @@ class _Importer:
         node = Node.make(op, inputs, out_types, attrs, regions, where)
         nodes.append(node)
         return list(node.outputs)
+
+
+def _optional(o: Any, name: str) -> Any:
+    """The op's attribute ``name``, or None (MLIR's attribute maps have no ``get``)."""
+    return o.attributes[name] if name in o.attributes else None  # noqa: SIM401
 
 
 def _check_custom_call(target: str, where: str) -> None:
