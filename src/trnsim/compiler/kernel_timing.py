@@ -204,11 +204,12 @@ def _summary(profile: object) -> KernelTime:
 def clear_memo() -> None:
     """Forget every timed kernel and its trace: the next compile times its matmuls as a new process would
     (benchmarks use this to measure a cold compile honestly)."""
-    from trnsim.compiler import convgen, dmagen, poolgen, selection, tilegen
+    from trnsim.compiler import convgen, dmagen, dmascatter, poolgen, selection, tilegen
     from trnsim.kernels.gemm import matmul_kernel
 
     tilegen.clear_memo()
     dmagen.clear_memo()
+    dmascatter.clear_memo()
     convgen.clear_memo()
     poolgen.clear_memo()
     selection.clear_memo()

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from functools import partial
 from typing import Any, TypeVar
 
-from trnsim.compiler import convgen, costs, dmagen, dmaindex, poolgen, selection, tilegen
+from trnsim.compiler import convgen, costs, dmagen, dmaindex, dmascatter, poolgen, selection, tilegen
 from trnsim.compiler.fusion import fuse
 from trnsim.compiler.pipeline import PassContext
 from trnsim.errors import CompileError, UnsupportedError
@@ -392,8 +392,9 @@ class IndexKernel:
 def _index_kernel(node: Node, machine: costs.Machine, ctx: PassContext) -> IndexKernel | None:
     """The kernel of a gather or scatter: the library's embedding kernels for row lookups of a [V, D] table
     and their gradient; for one element per row, the faster of the one-hot select in tile code (rows of up
-    to 4096) and the indirect-DMA pick (``dmaindex.Pick``); None when no kernel takes the form or can be traced
-    (the step keeps the analytic cost, counted in ``dma_fallbacks``/``sbuf_fallbacks``)."""
+    to 4096) and the indirect-DMA pick (``dmaindex.Pick``); any other scatter computed exactly, the general
+    scatter kernel (``dmascatter.WindowScatter``); None when no kernel takes the form or can be traced (the step
+    keeps the analytic cost, counted in ``dma_fallbacks``/``sbuf_fallbacks``)."""
     lookup = dmaindex.lookup_for(node)
     if lookup is not None and (moved := _library_lookup(machine.target, lookup, ctx)) is not None:
         return IndexKernel("embedding_lookup" if lookup.op == "gather" else "embedding_scatter_add", moved,
@@ -407,6 +408,11 @@ def _index_kernel(node: Node, machine: costs.Machine, ctx: PassContext) -> Index
         # NOTE: a pick into zeros also absorbs the fill step it adds into (_absorb_zero_fills); the one-hot
         # form reads the filled tensor: comparing the kernels alone favours the one-hot
         options.append(IndexKernel("generated_dma", picked, zero_fill=pick.zero))
+    if not options and (plan := dmascatter.window_scatter_for(node)) is not None and \
+            (moved := _kernel_or_none(partial(dmascatter.window_scatter_time, machine.target, plan), ctx,
+                                      "dma_fallbacks")) is not None:
+        # any other scatter the chip computes exactly: per-element indirect DMA (dmascatter.WindowScatter)
+        options.append(IndexKernel("generated_scatter", moved))
     return min(options, key=lambda k: k.seconds, default=None)
 
 
