@@ -23,7 +23,8 @@ from trnsim.kernels import pool as pool_module
 from trnsim.kernels import pool_bands, reduce_window, select_and_gather, select_and_scatter
 
 Pads = list[tuple[int, int]]
-JAX_OPS = {"max": (jax.lax.max, -np.inf), "min": (jax.lax.min, np.inf), "add": (jax.lax.add, 0.0)}
+JAX_OPS = {"max": (jax.lax.max, -np.inf), "min": (jax.lax.min, np.inf), "add": (jax.lax.add, 0.0),
+           "mul": (jax.lax.mul, 1.0)}
 
 
 def reference(x: np.ndarray, size: list[int], stride: list[int], pad: Pads, dilation: list[int], op: str,
@@ -80,11 +81,13 @@ def _out_shape(shape: list[int], size: list[int], stride: list[int], pad: Pads) 
 
 
 @settings(max_examples=40, deadline=None)
-@given(windows(), st.sampled_from(["max", "min", "add"]), st.integers(0, 2**31))
+@given(windows(), st.sampled_from(["max", "min", "add", "mul"]), st.integers(0, 2**31))
 def test_pool_is_exact(w: dict[str, list[int]], op: str, seed: int) -> None:
     rng = np.random.default_rng(seed)
     x = rng.integers(-20, 20, w["shape"]).astype(np.float32)     # sums of small integers are exact
-    if op != "add":
+    if op == "mul":                                              # products of ±2^k are exact
+        x = np.ldexp(rng.choice([-1.0, 1.0], x.shape), rng.integers(-3, 4, x.shape)).astype(np.float32)
+    elif op != "add":
         x = x + rng.standard_normal(x.shape).astype(np.float32)
     args = (w["size"], w["stride"], w["pad"], w["dilation"])
     got = reduce_window(x, *args, op=op)  # type: ignore[arg-type]
@@ -116,6 +119,8 @@ def test_two_byte_pools_round_once(dtype: str) -> None:
     np.testing.assert_array_equal(reduce_window(x, *args, op="max", dtype=dtype), reference(xr, *args, "max"))  # type: ignore[arg-type]
     total = reference(xr, *args, "add").astype(jdt).astype(np.float32)       # an fp32 sum rounded once
     np.testing.assert_array_equal(reduce_window(x, *args, op="add", dtype=dtype), total)  # type: ignore[arg-type]
+    product = reference(xr, *args, "mul").astype(jdt).astype(np.float32)     # an fp32 product rounded once
+    np.testing.assert_array_equal(reduce_window(x, *args, op="mul", dtype=dtype), product)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("dtype,op", [(np.int16, "max"), (np.uint16, "min"), (np.int8, "max"), (np.uint8, "min")])

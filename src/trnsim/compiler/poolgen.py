@@ -48,7 +48,7 @@ EXACT_INTS = {"i8": "int8", "ui8": "uint8", "i16": "int16", "ui16": "uint16"}
 SPLIT_INTS = {"i32": "int32", "ui32": "uint32"}    # select_and_scatter only (module docstring)
 COMPARE_TYPE = {"i8": "SIGNED", "i16": "SIGNED", "ui8": "UNSIGNED", "ui16": "UNSIGNED", "i32": "SIGNED",
                 "ui32": "UNSIGNED"}    # else FLOAT
-REDUCE_OP = {"add": "add", "maximum": "max", "minimum": "min"}     # reduce_window body → pool_kernel op
+REDUCE_OP = {"add": "add", "maximum": "max", "minimum": "min", "multiply": "mul"}  # body → pool_kernel op
 SAMPLE_BANDS = 256     # bands of the smaller sample: two tiles of 128
 # NOTE: a window of thousands of taps (jnp.cumsum's reduce_window on the CPU lowering: the whole axis, padded
 # by its length) is a scan, not a pool: one instruction a tap is quadratic work and a trace of millions
@@ -145,8 +145,9 @@ def _pool(node: Node) -> Pool | None:
     base = [int(d) for d in node.attrs.get("base_dilations") or [1] * rank]
     dilation = [int(d) for d in node.attrs.get("window_dilations") or [1] * rank]
     dtype = DSL_DTYPE.get(x.type.dtype) or EXACT_INTS.get(x.type.dtype)
-    if op is None or init is None or dtype is None or any(d != 1 for d in base) or np.isnan(init):
-        return None
+    if op is None or init is None or dtype is None or any(d != 1 for d in base) or np.isnan(init) or \
+            (op == "mul" and dtype not in ("fp32", "bf16", "fp16")):
+        return None                      # (integer products wrap in StableHLO: the fp32 ALU does not)
     win = _window(node, x, dilation)
     if win is None or (op == "add" and x.type.dtype in EXACT_INTS
                        and math.prod(win.size) * win.depth.size + 1 > MAX_INT_TERMS):

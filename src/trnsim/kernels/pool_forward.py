@@ -60,7 +60,8 @@ def pool_kernel(x: Tensor, *, size: Pair, stride: Pair = (1, 1), pad: tuple[Pair
                 out_dtype: str | None = None, rows: int = 0, depth: Depth = FLAT) -> Tensor:
     """``out[n, oy, ox, c] = scale · op(init, x̂[n, oy·sh + ky·dh, ox·sw + kx·dw, c] for (ky, kx) in the
     window)`` for ``x [N, H, W, C]``, ``x̂`` padded with ``init`` (default: ``op``'s identity), ``op`` in
-    ``max``, ``min``, ``add`` (combined in window order; sums in fp32), rounded once to ``out_dtype``.
+    ``max``, ``min``, ``add``, ``mul`` (combined in window order; sums and products of floats in fp32, as
+    StableHLO's reference computes narrow floats), rounded once to ``out_dtype``.
     With a ``depth`` window over ``D`` planes, ``x`` is ``[N·D, H, W, C]``, ``out`` ``[N·OD, OH, OW, C]``
     and the window's taps ``(kd, ky, kx)`` (plane ``od·sd + kd·dd``) in that order.
     ``rows``: the band height to start from (``plan_bands``; 0: ``start_rows``)."""
@@ -70,7 +71,9 @@ def pool_kernel(x: Tensor, *, size: Pair, stride: Pair = (1, 1), pad: tuple[Pair
     n, _, _, c = win.shape
     fill = IDENTITY[op] if init is None else float(init)
     oh, ow = win.out
-    acc_dtype = sum_dtype(x.dtype) if op == "add" else x.dtype
+    if op == "mul" and x.dtype not in ("fp32", "bf16", "fp16"):
+        fail(f"a {x.dtype} product", "multiply floats: StableHLO wraps integer products, which fp32 does not")
+    acc_dtype = sum_dtype(x.dtype) if op in ("add", "mul") else x.dtype
     wraps = op == "add" and x.dtype in WRAP
     if wraps and (scale != 1.0 or depth.size * math.prod(size) + 1 > MAX_INT_TERMS):
         fail(f"a {x.dtype} sum of {depth.size * math.prod(size)} taps scaled by {scale}",
