@@ -147,3 +147,25 @@ def test_reduce_window_with_no_window_that_fits_is_empty() -> None:
                lambda v: lax.reduce_window(v, np.float32(0), lax.add, (1, 5), (1, 1), "VALID")):
         got, expected = _both(fn, x)
         assert got.shape == expected.shape == (2, 0)
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.uint32])
+def test_integer_dot_and_convolution_with_a_float_result_do_not_wrap(dtype: type) -> None:
+    """Integer operands with a float result type are converted to it first (as XLA does), not summed in 64-bit
+    integers, which wrapped at 2**64: (-2**31)² · 4 = 2**64."""
+    info = np.iinfo(dtype)
+    a = np.full((1, 4), info.min if info.min else info.max, dtype)
+    got, expected = _both(lambda x, y: lax.dot_general(x, y, (((1,), (0,)), ((), ())),
+                                                       preferred_element_type=np.float32), a, a.T.copy())
+    np.testing.assert_array_equal(got, expected)
+    x = np.full((1, 4, 1), info.min if info.min else info.max, dtype)
+    got, expected = _both(lambda v, w: lax.conv_general_dilated(v, w, (1,), "VALID", dimension_numbers=(
+        "NCH", "OIH", "NCH"), preferred_element_type=np.float32), x, x.copy())
+    np.testing.assert_array_equal(got, expected)
+
+
+@pytest.mark.parametrize("shape", [(1,), (1, 1)])
+def test_a_reduce_over_no_dimensions_of_one_element_compiles(shape: tuple[int, ...]) -> None:
+    x = np.full(shape, 7, np.float32)
+    got, expected = _both(lambda v: lax.reduce(v, np.float32(-np.inf), lax.max, ()), x)
+    np.testing.assert_array_equal(got, expected)

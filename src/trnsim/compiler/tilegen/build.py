@@ -137,7 +137,8 @@ def _layout(nodes: list[Node], n: int) -> tuple[int, tuple[int, ...]] | None:
         return (shape[-1], shape) if shape[-1] <= MAX_ROW else None
     # NOTE: elementwise ops see the same row-major order whatever a full value's shape; only the ops that
     # work along rows (reductions, broadcasts, iotas, MX blocks) need their values' rows to be the space's
-    along = [v for nd in nodes if _along_rows(nd) for v in (*nd.inputs, *nd.outputs) if v.type.size == n]
+    along = [v for nd in nodes if _along_rows(nd) for v in (*nd.inputs, *nd.outputs) if v.type.size == n and
+             v.type.rank]                # (not a 0-d init value of a one-element space)
     shape = next((nd.inputs[0].type.shape for nd in nodes if nd.op == "reduce" and nd.inputs[0].type.size == n),
                  (along or full)[0].type.shape)
     cols = shape[-1]

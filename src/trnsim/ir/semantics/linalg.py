@@ -20,10 +20,15 @@ from trnsim.ir.semantics._util import compute, is_float, to
 Arrays = list[np.ndarray]
 
 
-def _acc(x: np.ndarray) -> np.ndarray:
+def _acc(x: np.ndarray, result: np.dtype | None = None) -> np.ndarray:
+    """An operand in its accumulation type: fp32 for floats; for integers 64 bits (their wrapped sum is the
+    integer result's), or the float result's type when the result is a float (XLA converts the operands to a
+    preferred float type first: a 64-bit sum of int32 products would wrap at 2**64)."""
     x = compute(x)
     if is_float(x.dtype):
         return x.astype(np.float32)
+    if result is not None and is_float(result):
+        return x.astype(np.float64 if result == np.float64 else np.float32)
     return x.astype(np.uint64 if x.dtype.kind == "u" else np.int64)
 
 
@@ -45,7 +50,7 @@ def dot_general_arrays(lhs: np.ndarray, rhs: np.ndarray, dims: dict[str, tuple[i
 @semantics("dot_general", kind="matmul")
 def _dot_general(node: Node, args: Arrays, interp: Interpreter) -> Arrays:
     """result[b, m, n] = Σ_k lhs[b, m, k] · rhs[b, k, n] over the batching and contracting dims (fp32 accumulate)"""
-    lhs, rhs = (_acc(a) for a in args)
+    lhs, rhs = (_acc(a, node.out.type.np_dtype) for a in args)
     if lhs.dtype != rhs.dtype:
         common = np.result_type(lhs, rhs)
         lhs, rhs = lhs.astype(common), rhs.astype(common)
@@ -56,7 +61,7 @@ def _dot_general(node: Node, args: Arrays, interp: Interpreter) -> Arrays:
 def _convolution(node: Node, args: Arrays, interp: Interpreter) -> Arrays:
     """result[n, o, y] = Σ_{c, w} lhs'[n, c, y·stride + w·rhs_dilation] · rhs[o, c, w] where lhs' is the input
     dilated by lhs_dilation and padded; feature and batch groups split channels and batch"""
-    lhs, rhs = (_acc(a) for a in args)
+    lhs, rhs = (_acc(a, node.out.type.np_dtype) for a in args)
     a = node.attrs
     dn = a["dimension_numbers"]
     nsp = len(dn["input_spatial_dimensions"])
