@@ -90,18 +90,40 @@ class ShapeDescription(Protocol):
     def dtype(self) -> object: ...
 
 
-def as_typed(arg: object) -> tuple[tuple[int, ...], str, NDArray[Any] | None] | None:
-    """(shape, ISA dtype, data or None) of a kernel argument."""
+INT32_RANGE = (-(2**31), 2**31 - 1)
+
+
+def is_array(arg: object) -> bool:
+    """Data rather than a shape description: a numpy array, or another library's array that numpy converts
+    (``__array__`` or ``__dlpack__``: jax, torch), although it has ``.shape`` and ``.dtype`` too."""
+    return isinstance(arg, np.ndarray) or hasattr(arg, "__array__") or hasattr(arg, "__dlpack__")
+
+
+def _host_array(arg: object) -> NDArray[Any]:
+    if not hasattr(arg, "__array__") and hasattr(arg, "__dlpack__"):
+        return np.from_dlpack(arg)  # pyright: ignore[reportArgumentType]  (has __dlpack__, checked above)
+    return np.asarray(arg)
+
+
+def as_typed(arg: object, what: str = "an input") -> tuple[tuple[int, ...], str, NDArray[Any] | None] | None:
+    """(shape, ISA dtype, data or None) of a kernel argument (``what`` names it in errors)."""
     if arg is None:
         return None
     if isinstance(arg, Typed):
         return arg.shape, arg.dtype, arg.data
-    if not isinstance(arg, np.ndarray) and isinstance(arg, ShapeDescription):
+    if not is_array(arg) and isinstance(arg, ShapeDescription):
         return tuple(int(n) for n in arg.shape), isa_dtype(arg.dtype), None
-    data = np.asarray(arg)
+    data = _host_array(arg)
     dtype = NUMPY_DTYPES.get(data.dtype.name)
     if dtype is None:
-        raise KernelError(f"no ISA dtype for numpy {data.dtype}", hint="say which: dsl.typed(x, 'bf16')")
+        raise KernelError(f"no ISA dtype for numpy {data.dtype} ({what})", hint="say which: dsl.typed(x, 'bf16')")
+    if data.dtype == np.int64 and data.size:
+        # NOTE: int64 narrows to the engines' int32; a value that does not fit would saturate silently
+        lo, hi = int(data.min()), int(data.max())
+        if lo < INT32_RANGE[0] or hi > INT32_RANGE[1]:
+            bad = lo if lo < INT32_RANGE[0] else hi
+            raise KernelError(f"int64 value {bad} of {what} does not fit int32 (the engines' widest integer)",
+                              hint="pass values in -2**31..2**31-1, or a float array if they are not indices")
     return tuple(data.shape) or (1,), dtype, data
 
 
@@ -129,7 +151,8 @@ class Kernel:
         if rounding not in ROUNDINGS:
             raise KernelError(f"unknown rounding {rounding!r}", hint=f"use one of: {', '.join(ROUNDINGS)}")
         self.fn, self.rounding, self.seed = fn, rounding, seed
-        self.params = [p.name for p in inspect.signature(fn).parameters.values()
+        self._signature = inspect.signature(fn)
+        self.params = [p.name for p in self._signature.parameters.values()
                        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
         self._cache: dict[Hashable, Compiled] = {}
         functools.update_wrapper(self, fn)
@@ -144,13 +167,36 @@ class Kernel:
 
     def compile(self, *args: Arg, target: str = "trn3", **params: Any) -> Compiled:
         """Trace (or fetch from the cache) the program for these inputs and constants."""
-        return self.compile_specs([None if t is None else t[:2] for t in map(as_typed, args)], target, params)
+        typed_args = [as_typed(a, self.argument(i)) for i, a in enumerate(args)]
+        return self.compile_specs([None if t is None else t[:2] for t in typed_args], target, params)
+
+    def argument(self, i: int) -> str:
+        """How errors name positional argument ``i``."""
+        return f"{self.fn.__qualname__}'s {self.params[i]}" if i < len(self.params) else f"argument {i}"
+
+    def signature(self) -> str:
+        """The kernel's parameters as a call would give them: tensors, then constants (for hints)."""
+        sig = self._signature
+        bare = sig.replace(parameters=[p.replace(annotation=p.empty) for p in sig.parameters.values()],
+                           return_annotation=sig.empty)
+        return f"{self.fn.__qualname__}{bare}"
+
+    def check_arguments(self, n_tensors: int, params: Mapping[str, Any]) -> None:
+        """``KernelError`` unless ``n_tensors`` positional tensors and the keyword ``params`` fit the kernel's
+        signature (checked before tracing, so a mistake is not a ``TypeError`` from inside the function)."""
+        if n_tensors > len(self.params):
+            raise KernelError(f"{self.fn.__qualname__} takes {len(self.params)} tensors, got {n_tensors}",
+                              hint="pass one array per positional parameter; constants as keywords")
+        try:
+            self._signature.bind(*[None] * n_tensors, **params)
+        except TypeError as e:
+            raise KernelError(f"{self.fn.__qualname__}: {e}",
+                              hint=f"call it as {self.signature()}: tensors positionally, constants as keywords"
+                              ) from None
 
     def compile_specs(self, specs: Sequence[Spec | None], target: str, params: dict[str, Any]) -> Compiled:
         """``compile`` from (shape, ISA dtype) per positional argument."""
-        if len(specs) > len(self.params):
-            raise KernelError(f"{self.fn.__qualname__} takes {len(self.params)} tensors, got {len(specs)}",
-                              hint="pass one array per positional parameter; constants as keywords")
+        self.check_arguments(len(specs), params)
         key: Hashable = None
         try:
             key = (target, tuple(specs), tuple(sorted(params.items())))
@@ -227,16 +273,22 @@ class KernelResult:
 
 
 def run_kernel(
-    k: Kernel | Callable[..., Any], /, *arrays: Arg, target: str = "trn3", timing: bool = False, **params: Any
+    k: Kernel | Callable[..., Any], /, *arrays: Arg, target: str = "trn3", timing: bool = False,
+    strict_reads: bool = False, **params: Any
 ) -> KernelResult:
     """Trace ``k`` for these inputs (cached), run it on a fresh simulated device, return its outputs.
 
-    ``timing=True`` also returns the timeline (``.profile``). When every input is a shape description
-    (``trnsim.TensorSpec(shape, dtype)`` or anything with ``.shape`` and ``.dtype`` that is not an array) the
-    run is timing-only: nothing is computed, so large problems simulate in seconds."""
+    Inputs are numpy arrays, ``typed(...)``, or arrays of other libraries (anything with ``__array__`` or
+    ``__dlpack__``, e.g. jax arrays). ``timing=True`` also returns the timeline (``.profile``). When every
+    input is a shape description (``trnsim.TensorSpec(shape, dtype)``, ``jax.ShapeDtypeStruct``: a
+    ``.shape`` and a ``.dtype`` and no data) the run is timing-only: nothing is computed, so large problems
+    simulate in seconds. ``strict_reads=True`` runs on a ``Device(strict_reads=True)``: a read of SBUF,
+    PSUM or HBM bytes that nothing wrote (a tile loaded from nowhere, ``accumulate=True`` into a fresh
+    PSUM tile) is a ``SimError`` at the kernel line that reads it, not zeros. It is off by default: the
+    device then tracks a written flag per byte, which makes runs slower."""
     if not isinstance(k, Kernel):
         raise KernelError(f"run_kernel takes a @trnsim.kernel function, not {k!r}", hint="decorate it")
-    args = [as_typed(a) for a in arrays]
+    args = [as_typed(a, k.argument(i)) for i, a in enumerate(arrays)]
     compiled = k.compile_specs([None if a is None else a[:2] for a in args], target, params)
     described = [a is not None and a[2] is None for a in args]
     if any(described):
@@ -256,8 +308,8 @@ def run_kernel(
             data = data.astype(np.float32)  # exact for bf16/fp16/fp8; the device's fast paths take fp32
         feed[name] = data
     try:
-        result = Device(target).run(compiled.program, feed, check=False, timing=timing,  # verified when compiled
-                                    labels=compiled.labels() if timing else None)
+        result = Device(target, strict_reads=strict_reads).run(  # verified when compiled
+            compiled.program, feed, check=False, timing=timing, labels=compiled.labels() if timing else None)
     except SimError as e:
         m = re.match(r"(\w+)\[(\d+)\]", e.where or "")
         loc = compiled.locations.get((m[1], int(m[2]))) if m else None

@@ -17,6 +17,7 @@ partition dimension, as NKI does. The first dimension of an HBM view becomes the
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import EllipsisType
@@ -145,6 +146,8 @@ class Tensor:
             d = next(source)
             partition = self.on_chip and d is self.dims[0]
             if isinstance(k, slice):
+                if k.step is not None and operator.index(k.step) == 0:
+                    fail(f"slice step 0 for dimension {pos}", "use a nonzero step")
                 start, stop, step = k.indices(d.count)
                 count = len(range(start, stop, step))
                 if count == 0:

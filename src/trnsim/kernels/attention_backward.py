@@ -65,7 +65,7 @@ class QuerySource:
         self.loaded: list[tuple[Tensor, ...]] | None = None
         if (2 * seq + count * (d + 2 * dv)) * tiles.itemsize(q.dtype) + count * 4 <= tiles.CACHE_BYTES:
             qt, dot = tiles.load_transposed(q, head, 0, seq), tiles.load_transposed(do, head, 0, seq)
-            self.loaded = [self._load(i, qt[:, i * P : i * P + P], dot[:, i * P : i * P + P]) for i in range(count)]
+            self.loaded = [self._load(i, qt[:, c0 : c0 + w], dot[:, c0 : c0 + w]) for i, c0, w in chunks(seq)]
 
     def _load(self, i: int, qt: Tensor | None = None, dot: Tensor | None = None) -> tuple[Tensor, ...]:
         """Qᵀ, Q, dOᵀ, dO, O [n, dv] and lse [n, 1] of query tile ``i``."""
@@ -222,6 +222,9 @@ def flash_attention_backward_kernel(
     if o.shape != (*q.shape[:-1], dv) or do.shape != o.shape or lse.shape != q.shape[:-1]:
         fail(f"o {o.shape}, do {do.shape}, lse {lse.shape} for q {q.shape}, v {v.shape}",
              "pass flash_attention's o and lse, and do of o's shape")
+    if o.dtype != q.dtype or do.dtype != q.dtype or lse.dtype != "fp32":
+        fail(f"dtypes o {o.dtype}, do {do.dtype}, lse {lse.dtype} for q {q.dtype}",
+             f"o and do are {q.dtype} (q's dtype, as flash_attention's o), lse is fp32")
     dq = dsl.hbm_tensor(q.shape, q.dtype, name="dq")
     dk = dsl.hbm_tensor(k.shape, q.dtype, name="dk")
     dvo = dsl.hbm_tensor(v.shape, q.dtype, name="dv")

@@ -42,8 +42,8 @@ def check_inputs(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: float | N
     if causal and q.shape[-2] != k.shape[-2]:
         fail(f"causal attention of {q.shape[-2]} queries over {k.shape[-2]} keys", "causal needs seq_q == seq_k")
     sm = 1.0 / math.sqrt(d) if scale is None else float(scale)
-    if not sm > 0:
-        fail(f"scale={scale}", "the softmax scale is positive")
+    if not (math.isfinite(sm) and sm > 0):
+        fail(f"scale={scale}", "the softmax scale is positive and finite (default 1/sqrt(d))")
     return sm
 
 

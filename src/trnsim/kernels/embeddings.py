@@ -25,6 +25,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from trnsim import dsl
 from trnsim.dsl import Tensor
+from trnsim.dsl.errors import KernelError, fail
 from trnsim.isa.dtypes import get_dtype
 from trnsim.kernels.layout import (
     DMA_PIECE_BYTES,
@@ -68,10 +69,35 @@ def _plan(ids: Tensor, d: int, dtype: str) -> tuple[list[Work], Callable[[Work],
     return work, index
 
 
+def _check_ids(ids: Tensor) -> None:
+    if ids.dtype != "int32":
+        fail(f"embedding ids of dtype {ids.dtype}", "pass int32 ids (the index tiles dma_gather reads)")
+
+
+def host_ids(ids: ArrayLike, rows: int, name: str) -> NDArray[np.int32]:
+    """``ids`` as int32, checked: whole numbers (never truncated floats), and within int32 (never wrapped:
+    an id that does not fit is outside ``[0, rows)``, which the contract makes an error)."""
+    arr = np.asarray(ids)
+    if arr.size and arr.dtype.kind not in "iu":
+        raise KernelError(f"{name} ids of dtype {arr.dtype}", where=f"kernels.{name}",
+                          hint="pass an integer array of row numbers (floats are never truncated silently: "
+                               "np.rint(ids).astype(np.int64) if they are whole numbers)")
+    if arr.size and arr.dtype.kind in "iu":
+        lo, hi = int(arr.min()), int(arr.max())
+        if lo < np.iinfo(np.int32).min or hi > np.iinfo(np.int32).max:
+            bad = lo if lo < np.iinfo(np.int32).min else hi
+            raise KernelError(f"{name} id {bad} is outside [0, {rows})", where=f"kernels.{name}",
+                              hint=f"ids are rows of the table: 0..{rows - 1}")
+    return arr.astype(np.int32)
+
+
 @dsl.kernel
 def embedding_kernel(table: Tensor, ids: Tensor) -> Tensor:
     """``table[ids]``: ``[*ids.shape, D]`` rows of ``table [V, D]``; ``ids`` int32, any shape. An id outside
     ``[0, V)`` faults."""
+    if len(table.shape) != 2:
+        fail(f"an embedding table of shape {table.shape}", "the table is [V, D]: one row per id")
+    _check_ids(ids)
     d = table.shape[1]
     out = dsl.hbm_tensor((*ids.shape, d), table.dtype, name="rows")
     work, index = _plan(ids, d, table.dtype)
@@ -105,6 +131,12 @@ def zero_rows(t: Tensor) -> None:
 def embedding_backward_kernel(dout: Tensor, ids: Tensor, *, vocab: int, dtype: str = "fp32") -> Tensor:
     """``dtable [vocab, D]`` (in ``dtype``) with ``dtable[ids[i]] += dout[i]`` for every position ``i`` of
     ``ids``; ``dout`` is ``[*ids.shape, D]``. An id outside ``[0, vocab)`` faults."""
+    _check_ids(ids)
+    if dout.shape[:-1] != ids.shape:
+        fail(f"embedding_backward of dout {dout.shape} for ids {ids.shape}",
+             f"dout is [*ids.shape, D]: ({', '.join(map(str, ids.shape))}, D), one row per id")
+    if vocab < 1:
+        fail(f"embedding_backward with vocab={vocab}", "the table has at least one row")
     d = dout.shape[-1]
     dtable = dsl.hbm_tensor((vocab, d), dtype, name="dtable")
     zero_rows(dtable)
@@ -126,8 +158,9 @@ def embedding(table: ArrayLike, ids: ArrayLike, *, dtype: str = "fp32", target: 
         >>> embedding([[0.0, 1.0], [2.0, 3.0], [4.0, 5.0]], [[2, 0], [2, 2]]).tolist()
         [[[4.0, 5.0], [0.0, 1.0]], [[4.0, 5.0], [4.0, 5.0]]]
     """
-    res = dsl.run_kernel(embedding_kernel, dsl.typed(np.asarray(table, np.float32), dtype),
-                         np.asarray(ids, np.int32), target=target)
+    tab = np.asarray(table, np.float32)
+    res = dsl.run_kernel(embedding_kernel, dsl.typed(tab, dtype), host_ids(ids, len(tab) if tab.ndim else 1,
+                                                                           "embedding"), target=target)
     return res.outputs[0]
 
 
@@ -140,5 +173,5 @@ def embedding_backward(dout: ArrayLike, ids: ArrayLike, vocab: int, *, dtype: st
         [[0.0, 0.0], [6.0, 8.0], [0.0, 0.0], [3.0, 4.0]]
     """
     res = dsl.run_kernel(embedding_backward_kernel, dsl.typed(np.asarray(dout, np.float32), dtype),
-                         np.asarray(ids, np.int32), target=target, vocab=vocab, dtype=out_dtype)
+                         host_ids(ids, vocab, "embedding_backward"), target=target, vocab=vocab, dtype=out_dtype)
     return res.outputs[0]

@@ -56,6 +56,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from trnsim import dsl
 from trnsim.dsl import Tensor
+from trnsim.dsl.errors import fail
 from trnsim.isa.base import Engine
 from trnsim.isa.tensor_engine import MX_BLOCK, SPARSE_PATTERNS
 from trnsim.kernels.layout import prefetch
@@ -331,15 +332,27 @@ def matmul_kernel(a: Tensor, b: Tensor, a_scale: Tensor | None = None, b_scale: 
     ``a_scale [ceil(K/32), M]`` and ``b_scale [ceil(K/32), N]``; with ``sparsity="n:m"``, ``b`` is the
     compressed ``[K·n/m, N]`` and ``b_index`` its kept positions (uint8, same shape). ``bias`` is ``[N]``.
     """
+    if len(a.shape) != 2 or len(b.shape) != 2:
+        fail(f"matmul of a {a.shape} and b {b.shape}", "a is [M, K] and b is [K, N] (2-D each)")
     m, k = a.shape
     n = b.shape[1]
+    if sparsity is not None and sparsity not in SPARSE_PATTERNS:
+        fail(f"unknown sparsity {sparsity!r}", f"use one of: {', '.join(SPARSE_PATTERNS)}, or None (dense)")
+    keep, every = SPARSE_PATTERNS[sparsity] if sparsity is not None else (1, 1)
+    if k % every or b.shape[0] != k * keep // every:
+        fail(f"matmul of a {a.shape} and b {b.shape}: b has {b.shape[0]} rows for K = {k}",
+             f"a {sparsity}-sparse b is the compressed [K·{keep}/{every}, N], K a multiple of {every} "
+             "(kernels.prepare_matmul makes it)" if sparsity is not None else f"b is [K, N]: give it K = {k} rows")
+    if bias is not None and bias.shape != (n,):
+        fail(f"a bias of shape {bias.shape} for an output of {n} columns",
+             f"pass a bias of shape ({n},): one value per output column")
     c = dsl.hbm_tensor((m, n), out_dtype, name="c")
     func = dsl.ACTIVATION_FUNCS.get(activation, activation) if activation is not None else None
     if sparsity is None:
         gemm(Operand(a.T, a_scale), Operand(b, b_scale), c, k, scale=scale, func=func,
              bias=bias, bias_along_free=True)
     else:
-        stationary = Operand(b, b_scale, b_index, SPARSE_PATTERNS[sparsity])
+        stationary = Operand(b, b_scale, b_index, (keep, every))
         gemm(stationary, Operand(a.T, a_scale), c.T, k, scale=scale, func=func, bias=bias, bias_along_free=False)
     return c
 
@@ -363,7 +376,7 @@ def matmul(
     ops = prepare_matmul(a, b, dtype, sparsity)
     if out_dtype is None:
         out_dtype = "fp32" if dtype == "fp32" else "bf16"
-    bias_arr = None if bias is None else np.asarray(bias, np.float32).reshape(-1)
+    bias_arr = None if bias is None else np.asarray(bias, np.float32)  # [N]: matmul_kernel checks its shape
     res = dsl.run_kernel(matmul_kernel, ops.a, ops.b, ops.a_scale, ops.b_scale, ops.b_index, bias_arr,
                          target=target, out_dtype=out_dtype, activation=activation, scale=ops.scale,
                          sparsity=sparsity)

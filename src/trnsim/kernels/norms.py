@@ -28,12 +28,14 @@ from numpy.typing import ArrayLike, NDArray
 
 from trnsim import dsl
 from trnsim.dsl import Tensor
+from trnsim.dsl.errors import KernelError, fail
 from trnsim.isa.dtypes import get_dtype
 from trnsim.isa.reduction import BN_STATS_FMAX, BN_STATS_WIDTH
 from trnsim.kernels.layout import blocks, dma_spread, prefetch, prefetch_depth, staged
 
 NORM_CHUNK = 2048  # columns per normalising instruction: fp32 temporaries of 8 KiB per partition
 TEMP_BYTES = 48 * 1024  # SBUF per partition left for statistics and chunk temporaries
+HOST_DTYPES = ("bf16", "fp32")  # what the host wrappers store x as (the statistics are fp32 either way)
 
 
 def _row_blocks(x: Tensor, *vectors: Tensor) -> Iterator[tuple[int, int, Tensor]]:
@@ -57,6 +59,18 @@ def _broadcast_rows(v: Tensor, p: int) -> Tensor:
     return dma_spread(dsl.sbuf((p, v.shape[0]), v.dtype), v.broadcast_to((p, v.shape[0])))
 
 
+def _check(name: str, x: Tensor, **vectors: Tensor) -> tuple[int, int]:
+    """``x``'s (N, D), after checking that ``x`` is 2-D and each vector ``[D]`` (errors at the kernel line)."""
+    if len(x.shape) != 2:
+        fail(f"{name} of x {x.shape}", "x is [N, D]: normalise over the last axis of a 2-D array "
+             "(reshape to (-1, D) first)")
+    d = x.shape[1]
+    for what, v in vectors.items():
+        if v.shape != (d,):
+            fail(f"{name} {what} of shape {v.shape} for x {x.shape}", f"{what} is [D] = ({d},): one value per column")
+    return x.shape[0], d
+
+
 def _temps(x: Tensor) -> list[Tensor]:
     """Two fp32 chunk buffers, allocated once: temporaries made per chunk would free memory that the next
     row block's load then waits to reuse (behind this block's compute)."""
@@ -68,7 +82,7 @@ def _temps(x: Tensor) -> list[Tensor]:
 def layernorm_kernel(x: Tensor, gamma: Tensor, beta: Tensor, *, eps: float = 1e-5) -> Tensor:
     """``(x - mean) / sqrt(var + eps) · gamma + beta`` per row of ``x [N, D]`` (population variance), in
     ``x``'s dtype; ``gamma``, ``beta`` are ``[D]``."""
-    n_rows, d = x.shape
+    n_rows, d = _check("layernorm", x, gamma=gamma, beta=beta)
     out = dsl.hbm_tensor((n_rows, d), x.dtype, name="y")
     pmax = dsl.tile_size().pmax
     g, b = _broadcast_rows(gamma, min(pmax, n_rows)), _broadcast_rows(beta, min(pmax, n_rows))
@@ -97,7 +111,7 @@ def layernorm_kernel(x: Tensor, gamma: Tensor, beta: Tensor, *, eps: float = 1e-
 @dsl.kernel
 def rmsnorm_kernel(x: Tensor, gamma: Tensor, *, eps: float = 1e-6) -> Tensor:
     """``x / sqrt(mean(x²) + eps) · gamma`` per row of ``x [N, D]``, in ``x``'s dtype; ``gamma`` is ``[D]``."""
-    n_rows, d = x.shape
+    n_rows, d = _check("rmsnorm", x, gamma=gamma)
     out = dsl.hbm_tensor((n_rows, d), x.dtype, name="y")
     pmax = dsl.tile_size().pmax
     g = _broadcast_rows(gamma, min(pmax, n_rows))
@@ -122,6 +136,12 @@ def rmsnorm_kernel(x: Tensor, gamma: Tensor, *, eps: float = 1e-6) -> Tensor:
     return out
 
 
+def _check_dtype(name: str, dtype: str) -> None:
+    if dtype not in HOST_DTYPES:
+        raise KernelError(f"{name} in {dtype}", where=f"kernels.{name}",
+                          hint=f"use dtype={' or '.join(map(repr, HOST_DTYPES))}")
+
+
 def layernorm(x: ArrayLike, gamma: ArrayLike, beta: ArrayLike, eps: float = 1e-5, *, dtype: str = "fp32",
               target: str = "trn3") -> NDArray[np.float32]:
     """Layer norm of ``x [N, D]`` stored as ``dtype`` (bf16 or fp32; gamma and beta in fp32) on a simulated
@@ -130,6 +150,7 @@ def layernorm(x: ArrayLike, gamma: ArrayLike, beta: ArrayLike, eps: float = 1e-5
         >>> layernorm([[1.0, 2.0, 3.0, 6.0]], [1.0] * 4, [0.0] * 4).astype(float).round(4).tolist()
         [[-1.069, -0.5345, 0.0, 1.6036]]
     """
+    _check_dtype("layernorm", dtype)
     res = dsl.run_kernel(layernorm_kernel, dsl.typed(np.asarray(x, np.float32), dtype),
                          np.asarray(gamma, np.float32), np.asarray(beta, np.float32), target=target, eps=eps)
     return res.outputs[0]
@@ -142,6 +163,7 @@ def rmsnorm(x: ArrayLike, gamma: ArrayLike, eps: float = 1e-6, *, dtype: str = "
         >>> rmsnorm([[3.0, 4.0]], [1.0, 2.0], eps=0.0).astype(float).round(4).tolist()
         [[0.8485, 2.2627]]
     """
+    _check_dtype("rmsnorm", dtype)
     res = dsl.run_kernel(rmsnorm_kernel, dsl.typed(np.asarray(x, np.float32), dtype),
                          np.asarray(gamma, np.float32), target=target, eps=eps)
     return res.outputs[0]

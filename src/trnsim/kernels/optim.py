@@ -27,6 +27,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from trnsim import dsl
 from trnsim.dsl import Tensor
+from trnsim.dsl.errors import KernelError, fail
 from trnsim.kernels.layout import Key, flat_tiles, prefetch
 
 FREE = 1024  # fp32 elements per partition of a tile: 512 KiB DMAs of 4 KiB a partition
@@ -34,11 +35,25 @@ DEPTH = 3  # tiles loaded ahead
 RESULT_BUFS = 3  # tiles whose results are being stored while the next is computed
 
 
+def check_hyperparameters(step: object, beta1: float, beta2: float) -> None:
+    """The bias corrections ``1 - β^step`` are > 0: ``step`` an integer ≥ 1 and the betas in [0, 1)."""
+    if isinstance(step, bool) or not isinstance(step, int | np.integer) or step < 1:
+        fail(f"adamw step={step!r}", "step counts the updates made so far, this one included: an integer ≥ 1")
+    for name, beta in (("beta1", beta1), ("beta2", beta2)):
+        if not 0.0 <= beta < 1.0:
+            fail(f"adamw {name}={beta!r}", f"{name} is a decay rate in [0, 1), e.g. 0.9 or 0.999")
+
+
 @dsl.kernel
 def adamw_kernel(param: Tensor, grad: Tensor, m: Tensor, v: Tensor, *, lr: float, beta1: float = 0.9,
                  beta2: float = 0.999, eps: float = 1e-8, weight_decay: float = 0.01,
                  step: int = 1) -> tuple[Tensor, Tensor, Tensor]:
-    """``(param', m', v')`` in fp32 (module docstring); all four inputs share one shape."""
+    """``(param', m', v')`` in fp32 (module docstring); all four inputs share one shape; ``step`` is an
+    integer ≥ 1 and ``beta1``, ``beta2`` lie in [0, 1)."""
+    check_hyperparameters(step, beta1, beta2)
+    if any(t.shape != param.shape for t in (grad, m, v)):
+        fail(f"adamw of param {param.shape}, grad {grad.shape}, m {m.shape}, v {v.shape}",
+             "pass param, grad, m and v of one shape")
     shape = param.shape
     p_out, m_out, v_out = (dsl.hbm_tensor(shape, "fp32", name=n) for n in ("param_out", "m_out", "v_out"))
     bc1, bc2 = 1.0 - beta1**step, 1.0 - beta2**step
@@ -82,8 +97,9 @@ def adamw(param: ArrayLike, grad: ArrayLike, m: ArrayLike, v: ArrayLike, *, lr: 
         ([0.9, -2.1], [0.05, 0.05])
     """
     arrays = [np.asarray(a, np.float32) for a in (param, grad, m, v)]
-    if any(a.shape != arrays[0].shape for a in arrays):
-        raise ValueError(f"adamw: shapes differ: {[a.shape for a in arrays]}; pass param, grad, m, v of one shape")
+    if any(a.shape != arrays[0].shape for a in arrays):  # NOTE: before run_kernel makes a 0-d array [1]
+        raise KernelError(f"adamw of param {arrays[0].shape}, grad {arrays[1].shape}, m {arrays[2].shape}, "
+                          f"v {arrays[3].shape}", where="kernels.adamw", hint="pass param, grad, m and v of one shape")
     res = dsl.run_kernel(adamw_kernel, arrays[0], dsl.typed(arrays[1], grad_dtype), arrays[2], arrays[3],
                          target=target, lr=lr, beta1=beta1, beta2=beta2, eps=eps, weight_decay=weight_decay,
                          step=step)

@@ -25,6 +25,9 @@ COLS = 2048  # free size of a DMA-transposed tile
 @dsl.kernel
 def transpose_kernel(x: Tensor, *, method: str = "dma") -> Tensor:
     """``out[C, R] = x[R, C].T``."""
+    if len(x.shape) != 2:
+        fail(f"transpose of x {x.shape}", "x is a 2-D [R, C] array (for other ranks, permute an HBM view "
+             "with Tensor.permute inside a kernel)")
     rows, cols = x.shape
     out = dsl.hbm_tensor((cols, rows), x.dtype, name="out")
     pmax = dsl.tile_size().pmax
