@@ -374,8 +374,8 @@ def test_run_kernel_timing_and_timing_only() -> None:
 def _scale_split(x, *, split):
     out = dsl.hbm_tensor(x.shape, "fp32")
     for r in range(0, x.shape[0], 128):
-        t = dsl.load(x[r : r + 128, :], split=split)
-        dsl.store(out[r : r + 128, :], dsl.multiply(t, 2.0), split=split)
+        t = dsl.load(x[r : min(r + 128, x.shape[0]), :], split=split)
+        dsl.store(out[r : min(r + 128, x.shape[0]), :], dsl.multiply(t, 2.0), split=split)
     return out
 
 

@@ -160,13 +160,9 @@ BAD: dict[str, tuple[Callable[[], object], type[Exception], str]] = {
     "DSL slice past the end": (lambda: trnsim.run_kernel(_slice_past_the_end, ones(64, 32)), KernelError,
                                "slice 30:40 is out of bounds for dimension 1 of size 32"),
 }
-# NOTE: slices are still clamped as numpy's are: conv, pool_bands, selection and a test_dsl kernel slice ragged
-# last tiles past the end and rely on it; strict bounds wait for those callers to clamp explicitly
-PENDING = pytest.mark.xfail(strict=True, reason="fail_14: strict slice bounds wait for their callers")
 
 
-@pytest.mark.parametrize("case", [pytest.param(c, marks=PENDING) if c == "DSL slice past the end" else c
-                                  for c in BAD])
+@pytest.mark.parametrize("case", list(BAD))
 def test_bad_input_is_a_trnsim_error_naming_it(case: str) -> None:
     run, error, match = BAD[case]
     with pytest.raises(error, match=match) as info:
@@ -175,7 +171,6 @@ def test_bad_input_is_a_trnsim_error_naming_it(case: str) -> None:
     assert info.value.hint, "an error says what to do next"
 
 
-@PENDING
 def test_the_slice_error_points_at_the_kernel_line() -> None:
     with pytest.raises(KernelError) as info:
         trnsim.run_kernel(_slice_past_the_end, ones(64, 32))

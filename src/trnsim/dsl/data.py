@@ -84,7 +84,8 @@ def _dma(dst: Tensor, src: Tensor, queue: int | None, split: int = 1) -> Tensor:
         step = -(-rows // min(split, rows))
         for i, r in enumerate(range(0, rows, step)):
             q = None if queue is None else (queue + i) % tr.core.dma.queues
-            _dma(dst[r : r + step], src[r : r + step], q)
+            end = min(r + step, rows)
+            _dma(dst[r:end], src[r:end], q)
         return dst
     q = tr.next_queue() if queue is None else queue
     dst_ap, src_ap = dst.ap(), src.ap()

@@ -146,9 +146,7 @@ class Tensor:
             d = next(source)
             partition = self.on_chip and d is self.dims[0]
             if isinstance(k, slice):
-                if k.step is not None and operator.index(k.step) == 0:
-                    fail(f"slice step 0 for dimension {pos}", "use a nonzero step")
-                start, stop, step = k.indices(d.count)
+                start, stop, step = _slice_bounds(k, d.count, pos)
                 count = len(range(start, stop, step))
                 if count == 0:
                     fail(f"empty slice {start}:{stop}:{step} of dimension {pos} (size {d.count})",
@@ -262,6 +260,24 @@ class Tensor:
         if first.axis >= 0:
             base += first.start * strides[first.axis]
         return AccessPattern("hbm", self.dtype, 0, first.count, free, base * itemsize, row_stride, buf.name)
+
+
+def _slice_bounds(k: slice, n: int, pos: int) -> tuple[int, int, int]:
+    """``k.indices(n)``, but a bound past the dimension is an error, not clamped (numpy would clamp it: a
+    kernel that reads ``x[0:64, 30:40]`` of 32 columns means columns that do not exist). Negative bounds
+    count from the end, as in numpy, down to ``-n``."""
+    if k.step is not None and operator.index(k.step) == 0:
+        fail(f"slice step 0 for dimension {pos}", "use a nonzero step")
+    for bound in (k.start, k.stop):
+        if bound is not None and not -n <= operator.index(bound) <= n:
+            fail(f"slice {_show(k)} is out of bounds for dimension {pos} of size {n}",
+                 f"slice within 0..{n} (negative bounds count from the end, down to -{n})")
+    return k.indices(n)
+
+
+def _show(k: slice) -> str:
+    text = ":".join("" if b is None else str(operator.index(b)) for b in (k.start, k.stop))
+    return text if k.step is None else f"{text}:{operator.index(k.step)}"
 
 
 def _free_dims(dims: list[tuple[int, int]], exact: bool) -> tuple[tuple[int, int], ...]:
