@@ -156,7 +156,7 @@ def test_write_is_atomic_on_failure(tmp_path: Path, monkeypatch: pytest.MonkeyPa
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr("os.replace", boom)
-    with pytest.raises(OSError, match="No space"):
+    with pytest.raises(ArtifactError, match="No space"):
         write_artifact(path, {"other": 1}, {}, target="trn3")
     assert path.read_bytes() == packed()  # the old file is intact
     assert [p.name for p in tmp_path.iterdir()] == ["m.neff"]

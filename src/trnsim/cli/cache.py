@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
 from trnsim.cli._output import print_json, print_table
+from trnsim.errors import ConfigError
 from trnsim.hw.units import format_quantity
 from trnsim.runtime.cache import CacheEntry, CompileCache
 
@@ -50,7 +51,7 @@ def _age(mtime: float | None, now: float) -> str:
 
 
 def _describe(meta: dict[str, object]) -> str:
-    return " ".join(f"{k}={v}" for k, v in sorted(meta.items()) if k != "build_s")
+    return " ".join(f"{k}={v}" for k, v in sorted(meta.items()) if k not in ("build_s", "key"))
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
@@ -103,9 +104,13 @@ def cmd_warm(args: argparse.Namespace) -> int:
     from trnsim.cli.compile import compile_options
     from trnsim.runtime.warm import WarmResult, collect, default_workers, warm
 
+    if args.jobs is not None and args.jobs < 0:
+        raise ConfigError(f"--jobs {args.jobs}: must be 0 (one per CPU) or more", where="trnsim cache warm",
+                          hint="e.g. --jobs 4, or leave it out for one worker per CPU")
     cache = open_cache(args)
     jobs = collect(args.files, compile_options(args))
-    workers = args.jobs or min(default_workers(), len(jobs))
+    # NOTE: the pool never runs more workers than programs; report the number that actually runs
+    workers = max(1, min(args.jobs or default_workers(), len(jobs)))
     start = time.perf_counter()
     with _WarmProgress(len(jobs), enabled=not args.json) as bar:
         results: list[WarmResult] = warm(jobs, target=args.target, url=cache.url, workers=workers,
@@ -156,7 +161,7 @@ def _warm_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("files", nargs="+", metavar="FILE",
                         help="StableHLO modules (.mlir, .mlirbc) and Python scripts defining trnsim_programs()")
     parser.add_argument("--jobs", "-j", type=int, default=0,
-                        help="worker processes (default: one per CPU, at most one per program)")
+                        help="worker processes (0, the default: one per CPU; never more than one per program)")
     add_compile_options(parser)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import io
 import os
 import re
 import time
@@ -21,6 +22,7 @@ import numpy as np
 from trnsim.cli._output import print_json, print_table
 from trnsim.compiler.options import AUTO_CAST, AUTO_CAST_TYPES, HBM_OVERFLOW, SPARSITY
 from trnsim.errors import CompileError, SimError
+from trnsim.fileio import write_atomic
 from trnsim.hw.units import format_quantity, parse_bytes
 
 if TYPE_CHECKING:
@@ -118,14 +120,14 @@ def cmd_compile(args: argparse.Namespace) -> int:
 
     source = Path(args.module)
     if not source.is_file():
-        raise CompileError("no such file", where=str(source),
+        raise CompileError("is a directory" if source.is_dir() else "no such file", where=str(source),
                            hint="give a StableHLO module: text (.mlir) or portable bytecode (.mlirbc)")
     output = Path(args.output) if args.output else source.with_suffix(".neff")
     options = compile_options(args)
     start = time.perf_counter()
     with _dump_ir(args.dump_ir):
         # NOTE: a cache hit runs no passes, so there would be nothing to dump
-        program = compile_cached(str(source), args.target, cache=False if args.no_cache or args.dump_ir else None,
+        program = compile_cached(source, args.target, cache=False if args.no_cache or args.dump_ir else None,
                                  **options)
     elapsed = time.perf_counter() - start
     program.save(output)
@@ -184,13 +186,17 @@ def _as_type(arr: np.ndarray, t: TensorType, where: str) -> np.ndarray:
 def read_inputs(path: str, program: CompiledProgram) -> list[np.ndarray]:
     """The program's inputs from an ``.npz`` file, in parameter order (see ``RUN_EPILOG``), checked."""
     try:
-        with np.load(path, allow_pickle=False) as npz:
-            arrays = {k: npz[k] for k in npz.files}
+        loaded = np.load(path, allow_pickle=False)
+        if isinstance(loaded, np.ndarray):   # a .npy: one array, the program's only input
+            arrays = {"arg0": loaded}
+        else:
+            with loaded as npz:
+                arrays = {k: npz[k] for k in npz.files}
     except FileNotFoundError:
         raise SimError("no such file", where=path, hint="write the inputs with np.savez(path, arg0=..., ...)"
                        ) from None
     except (OSError, ValueError) as exc:
-        raise SimError(f"not a readable .npz file: {exc}", where=path,
+        raise SimError(f"not a readable .npz or .npy file: {exc}", where=path,
                        hint="write the inputs with np.savez(path, arg0=..., arg1=...)") from None
     types = program.input_types
     want = ", ".join(f"arg{i}: {t}" for i, t in enumerate(types))
@@ -220,8 +226,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     outputs: dict[str, Any] = result.outputs
     prof: ProgramProfile | None = result.profile
     if args.outputs:
-        Path(args.outputs).parent.mkdir(parents=True, exist_ok=True)
-        np.savez(args.outputs, **outputs)
+        _save_outputs(args.outputs, outputs)
     if args.trace and prof is not None:
         prof.save_trace(args.trace)
     if args.json:
@@ -244,6 +249,13 @@ def cmd_run(args: argparse.Namespace) -> int:
             written.append(f"trace: {args.trace} (open in https://ui.perfetto.dev)")
         print_table("profile", ["", ""], rows, caption="; ".join(written) or None)
     return 0
+
+
+def _save_outputs(path: str, outputs: Mapping[str, np.ndarray]) -> None:
+    """The outputs as an .npz file at exactly ``path`` (np.savez would append .npz), written atomically."""
+    buf = io.BytesIO()
+    np.savez(buf, allow_pickle=False, **outputs)
+    write_atomic(path, buf.getvalue())
 
 
 def _summary(v: np.ndarray) -> str:
@@ -325,7 +337,8 @@ def register(sub: SubParsers) -> None:
                                    "outputs to an .npz file, the profile on the terminal and as a Perfetto trace.",
                        epilog=RUN_EPILOG, formatter_class=fmt)
     p.add_argument("artifact", help="the .neff artifact (trnsim compile)")
-    p.add_argument("--inputs", required=True, help=".npz file with one array per program input")
+    p.add_argument("--inputs", required=True,
+                   help=".npz file with one array per program input (or a .npy file for a program of one input)")
     p.add_argument("--outputs", help=".npz file to write the outputs to (output0, output1, ...)")
     p.add_argument("--trace", help="write the run's Chrome/Perfetto trace (JSON) here")
     p.add_argument("--target", help="check that the artifact was built for this target")

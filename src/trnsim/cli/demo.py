@@ -236,7 +236,13 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
     out = console()
     out_dir = Path(args.out)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        what = "it is not a folder" if isinstance(exc, FileExistsError | NotADirectoryError) else \
+            (exc.strerror or str(exc))
+        raise ConfigError(f"cannot create the output folder: {what}", where=f"--out {args.out}",
+                          hint="give --out a folder that exists or can be created") from None
     cfg = GPTConfig(dtype="bfloat16")
     out.rule(f"trnsim demo: train a small GPT on a simulated {args.target}")
     n_params = sum(int(np.prod(p.shape)) for p in jax.tree.leaves(jax.eval_shape(

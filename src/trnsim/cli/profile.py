@@ -187,5 +187,9 @@ def plot_roofline(profile: Profile, spec: ChipSpec, path: str, what: str) -> Non
     ax.set_title(f"roofline: one NeuronCore of {spec.name}")
     ax.legend(fontsize=7, loc="lower right")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    from trnsim.report.plots import write_png
+
+    try:
+        write_png(fig, Path(path))   # atomic; an unwritable path is a TrnsimError naming it
+    finally:
+        plt.close(fig)

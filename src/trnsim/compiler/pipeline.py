@@ -70,9 +70,17 @@ def run_pipeline(graph: Graph, spec: ChipSpec, options: CompileOptions,
 
 
 def _dump(folder: str, index: int, name: str, graph: Graph, ctx: PassContext) -> None:
+    from trnsim.errors import ConfigError
+
     path = Path(folder)
-    path.mkdir(parents=True, exist_ok=True)
     text = f"// after pass {index}: {name}\n// stats: {ctx.stats}\n{graph}\n"
     if ctx.plan is not None:
         text += "\n" + ctx.plan.describe() + "\n"
-    (path / f"{index:02d}-{name}.txt").write_text(text)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        (path / f"{index:02d}-{name}.txt").write_text(text)
+    except OSError as exc:
+        what = "it is not a folder" if isinstance(exc, FileExistsError | NotADirectoryError) else \
+            (exc.strerror or str(exc))
+        raise ConfigError(f"cannot write the IR dump after pass {name!r}: {what}", where=f"TRNSIM_DUMP_IR={folder}",
+                          hint="give --dump-ir (or TRNSIM_DUMP_IR) a writable folder, or unset it") from None

@@ -97,9 +97,24 @@ def _reparsed(given: Any) -> Any:
         return None
 
 
+_TEXT_STARTS = ("module", "func.func", '"', "#", "//", "stablehlo.", "%")
+
+
 def is_path(source: object) -> bool:
-    return isinstance(source, Path) or (isinstance(source, str) and "\n" not in source and
-                                        source.endswith((".mlir", ".mlirbc", ".bc")))
+    """Whether ``source`` names a file: a ``Path``, or a str that names an existing file or folder (whatever
+    its extension), or one that looks like a path and not like module text. A str with a newline, or one
+    starting like MLIR (``module``, ``func.func``, ``"``...) and naming no file, is module text."""
+    if isinstance(source, Path):
+        return True
+    if not isinstance(source, str) or "\n" in source or "\0" in source or not source.strip():
+        return False
+    try:
+        if Path(source).exists() or Path(source).is_symlink():
+            return True
+    except OSError:   # e.g. a name too long for a path: module text
+        return False
+    text = source.strip()
+    return bool(text) and not text.startswith(_TEXT_STARTS) and not any(c.isspace() or c in "{}()" for c in text)
 
 
 def read_source(source: Any) -> Any:
@@ -107,11 +122,15 @@ def read_source(source: Any) -> Any:
     if not is_path(source):
         return source
     path = Path(source)
+    if path.is_dir():
+        raise CompileError("cannot read the module: it is a directory", where=str(path),
+                           hint="give the .mlir or .mlirbc file inside it")
     try:
         data = path.read_bytes()
     except OSError as exc:
-        raise CompileError(f"cannot read the module: {exc.strerror}", where=str(path),
-                           hint="check the path") from exc
+        raise CompileError(f"cannot read the module: {exc.strerror or exc}", where=str(path),
+                           hint="check the path (module text passed as a string must start with `module` "
+                                "or `func.func`)") from exc
     return data if data.startswith(BYTECODE_MAGIC) else data.decode("utf-8", errors="replace")
 
 

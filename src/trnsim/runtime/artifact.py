@@ -148,7 +148,7 @@ def write_artifact(path: str | os.PathLike[str], meta: Mapping[str, Any], sectio
 
 def write_bytes_atomic(path: str | os.PathLike[str], data: bytes) -> Path:
     """Write ``data`` to ``path`` so that readers see the old file or the whole new one, never a part."""
-    return write_atomic(path, data, durable=True)
+    return write_atomic(path, data, durable=True, error=ArtifactError)
 
 
 # ---------------------------------------------------------------------------------------------------- reading

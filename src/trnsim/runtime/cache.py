@@ -152,8 +152,8 @@ def _decode_head(raw: bytes) -> tuple[int, int, bytes] | str:
     return meta_size, payload_size, digest
 
 
-def _decode_entry(raw: bytes) -> tuple[bytes, dict[str, Any]] | str:
-    """(payload, metadata) of a whole entry, or what is wrong with it."""
+def _decode_entry(raw: bytes, key: str) -> tuple[bytes, dict[str, Any]] | str:
+    """(payload, metadata) of the whole entry stored as ``key``, or what is wrong with it."""
     head = _decode_head(raw)
     if isinstance(head, str):
         return head
@@ -169,7 +169,21 @@ def _decode_entry(raw: bytes) -> tuple[bytes, dict[str, Any]] | str:
     meta = _parse_meta(bytes(body[:meta_size]))
     if isinstance(meta, str):
         return meta
+    wrong = _wrong_key(meta, key)
+    if wrong is not None:
+        return wrong
     return bytes(body[meta_size:]), meta
+
+
+def _wrong_key(meta: Mapping[str, Any], key: str) -> str | None:
+    """Why an entry whose metadata is ``meta`` is not the one for ``key`` (a copied or renamed entry file,
+    a mis-synced shared cache), or None. NOTE: the key is inside the hashed metadata, so it cannot drift."""
+    stored = meta.get("key")
+    if stored == key:
+        return None
+    if stored is None:
+        return "it records no key (written by an older trnsim)"
+    return f"it was stored under another key, {str(stored)[:16]}… (a copied or renamed entry)"
 
 
 def _parse_meta(raw: bytes) -> dict[str, Any] | str:
@@ -264,6 +278,11 @@ class _LocalStore:
                 return out
         except FileNotFoundError:
             return []
+        except NotADirectoryError:
+            raise CacheError("the cache location is a file, not a folder", where=self.url,
+                             hint="point TRNSIM_CACHE_URL (or --url) at a folder") from None
+        except OSError as exc:
+            raise CacheError(f"cannot list the cache: {_reason(exc)}", where=self.url, hint=_HINT) from None
 
 
 class _FsspecStore:
@@ -336,10 +355,31 @@ def _mtime(info: Mapping[str, Any]) -> float:
     return 0.0
 
 
+def _resolve_url(url: str | None) -> str:
+    """``url``, or TRNSIM_CACHE_URL when None, or the default cache when either is empty (an empty
+    ``TRNSIM_CACHE_URL=`` means "the default", never the current folder)."""
+    from trnsim.config import KNOBS
+
+    if url is not None and not isinstance(url, str):  # pyright: ignore[reportUnnecessaryIsInstance]
+        raise CacheError(f"a cache URL must be a str, not {type(url).__name__}", where=repr(url),
+                         hint="pass a URL or folder (str), a CompileCache, None (TRNSIM_CACHE_URL) or False")
+    if url is None or not url.strip():
+        url = str(settings.cache_url).strip()
+    if not url:
+        url = str(next(k for k in KNOBS if k.name == "cache_url").default())
+    return url.strip()
+
+
 def _open_store(url: str) -> _Store:
     parts = urlsplit(url)
     if "://" not in url or parts.scheme in ("file", "local"):
-        raw = unquote(parts.netloc + parts.path) if "://" in url else url
+        if "://" not in url:
+            raw = url
+        elif parts.netloc in ("", "localhost"):   # file:///x and file://localhost/x are both /x
+            raw = unquote(parts.path)
+        else:
+            raise CacheError(f"a file:// URL on another host ({parts.netloc}) is not supported", where=url,
+                             hint="mount the folder and use file:///path (three slashes) or a plain path")
         return _LocalStore(Path(raw).expanduser().absolute(), url)
     try:
         import fsspec
@@ -449,7 +489,7 @@ class CompileCache:
 
     def __init__(self, url: str | None = None, *, stale_after: float = 60.0, poll: float = 0.02,
                  max_wait: float = 3600.0) -> None:
-        self.url: str = url if url is not None else settings.cache_url
+        self.url: str = _resolve_url(url)
         self._store = _open_store(self.url)
         self.stale_after = stale_after
         self.poll = poll
@@ -564,7 +604,7 @@ class CompileCache:
         if found is None:
             return None
         raw, stamp = found
-        decoded = _decode_entry(raw)
+        decoded = _decode_entry(raw, key)
         if isinstance(decoded, str):
             self.stats.corrupt += 1
             self._warn(f"compile cache entry {key[:16]}… in {self.url} is corrupt ({decoded}); deleted, "
@@ -579,7 +619,7 @@ class CompileCache:
         if self.disabled is not None:
             return False
         try:
-            self._store.publish(name, _encode_entry(data, meta), overwrite=overwrite)
+            self._store.publish(name, _encode_entry(data, {**meta, "key": key}), overwrite=overwrite)
         except OSError as exc:
             self._disable(exc)
             return False
@@ -621,6 +661,9 @@ class CompileCache:
             return CacheEntry(key, size, mtime, problem=_reason(exc))
         if isinstance(meta, str):
             return CacheEntry(key, size, mtime, problem=meta)
+        wrong = _wrong_key(meta, key)
+        if wrong is not None:
+            return CacheEntry(key, size, mtime, meta, problem=wrong)
         return CacheEntry(key, size, mtime, meta)
 
     def stat(self) -> CacheSummary:

@@ -10,17 +10,19 @@ stream at kernel granularity). Loading re-creates the ``CompiledProgram`` withou
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
+from collections.abc import Generator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from trnsim.compiler.api import COMPILER_VERSION, CompiledProgram
 from trnsim.compiler.lowering import Plan
 from trnsim.compiler.options import CompileOptions
 from trnsim.compiler.pipeline import PassRecord
-from trnsim.errors import ArtifactError
+from trnsim.errors import ArtifactError, CacheError, TrnsimError
 from trnsim.ir.graph import Graph
 from trnsim.ir.serialize import decode_graph, encode_graph
 from trnsim.runtime.artifact import (
@@ -99,25 +101,32 @@ def from_artifact(art: Artifact, where: str, *, lazy: bool = False) -> CompiledP
                             hint="recompile it with `trnsim compile ...`") from exc
     sections = {name: art.section(name) for name in SECTIONS}   # a missing section is an error now
     structure = unpack_arrays(sections["program.bin"], where=where)
+    shardings: object = meta.get("shardings", {})
+    if not isinstance(shardings, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                                  for k, v in cast("dict[Any, Any]", shardings).items()):
+        raise ArtifactError("the artifact's metadata is malformed: shardings is not a map of names to specs",
+                            where=where, hint=RECOMPILE)
 
     def graph() -> Graph:
         tables = _json_section(sections["program.json"], "program", where)
         arrays = unpack_arrays(sections["constants.bin"], where=where)
-        return decode_graph(tables, structure, arrays, where=where)
+        with _decoding("program graph", where):
+            return decode_graph(tables, structure, arrays, where=where)
 
     def plan() -> Plan:
-        try:
-            decoded = Plan.from_json(_json_section(sections["plan.json"], "plan", where))
-        except (KeyError, TypeError) as exc:
-            raise ArtifactError(f"the artifact's plan is malformed: {exc}", where=where, hint=RECOMPILE) from exc
-        top = structure.get("graphs")
-        nodes = int(top[0, 4] - top[0, 3]) if top is not None and top.ndim == 2 and len(top) else 0
-        if any(i >= nodes for s in decoded.steps for i in s.nodes):
-            raise ArtifactError("the plan refers to nodes the program does not have", where=where, hint=RECOMPILE)
+        raw = _json_section(sections["plan.json"], "plan", where)
+        with _decoding("plan", where):
+            decoded = Plan.from_json(raw)
+            _check_plan(decoded)
+            top = structure.get("graphs")
+            nodes = int(top[0, 4] - top[0, 3]) if top is not None and top.ndim == 2 and len(top) else 0
+            if any(not 0 <= i < nodes for s in decoded.steps for i in s.nodes):   # types checked above
+                raise ArtifactError("the plan refers to nodes the program does not have", where=where,
+                                    hint=RECOMPILE)
         return decoded
 
     program = CompiledProgram(graph, art.target, options, str(meta.get("source_hash", "")), passes,
-                              dict(meta.get("shardings", {})), plan)
+                              dict(cast("dict[str, str]", shardings)), plan)
     if "signature" in meta:
         from trnsim.frontend.importer import Signature
 
@@ -130,6 +139,62 @@ def from_artifact(art: Artifact, where: str, *, lazy: bool = False) -> CompiledP
     if not lazy:
         _ = (program.graph, program.plan)     # decode now: a damaged artifact's error is raised here
     return program
+
+
+@contextlib.contextmanager
+def _decoding(part: str, where: str) -> Generator[None]:
+    """Turn a raw exception while decoding ``part`` of a verified artifact (its hash is fine, its content is
+    not: another writer, an edit re-hashed) into an ArtifactError naming the file and the part."""
+    try:
+        yield
+    except TrnsimError:
+        raise
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError) as exc:
+        raise ArtifactError(f"the artifact's {part} is malformed: {type(exc).__name__}: {exc}; rebuild it",
+                            where=where, hint=RECOMPILE) from exc
+
+
+_NUMBER = "number"
+# The JSON type of each Plan and Step field: a type, _NUMBER (int or float), or (list | dict, item type).
+_PLAN_FIELDS: dict[str, Any] = {
+    "target": str, "steps": list, "total_seconds": _NUMBER, "hbm_peak": _NUMBER, "hbm_capacity": _NUMBER,
+    "sbuf_peak": _NUMBER, "remat_bytes": _NUMBER, "spill_bytes": _NUMBER}
+_STEP_FIELDS: dict[str, Any] = {
+    "index": int, "kernel": str, "ops": (list, str), "nodes": (list, int), "loc": str, "busy": (dict, _NUMBER),
+    "dma_bytes": _NUMBER, "dma_seconds": _NUMBER, "seconds": _NUMBER, "flops": _NUMBER, "operand_dtype": str,
+    "deps": (list, int), "sbuf_bytes": _NUMBER, "spilled": _NUMBER, "instructions": (dict, _NUMBER),
+    "start": _NUMBER, "end": _NUMBER, "sub": list}
+
+
+def _is(value: object, kind: Any) -> bool:
+    if kind == _NUMBER:
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if kind is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if isinstance(kind, tuple):
+        outer, inner = cast("tuple[type, Any]", kind)
+        if not isinstance(value, outer):
+            return False
+        items = cast("dict[Any, Any]", value).values() if outer is dict else cast("list[Any]", value)
+        return all(_is(v, inner) for v in items)
+    return isinstance(value, kind)
+
+
+def _check_plan(plan: Plan, at: str = "plan") -> None:
+    """Raise ValueError naming the first field of ``plan`` (or a step, or a region plan) of the wrong type."""
+    for name, kind in _PLAN_FIELDS.items():
+        if not _is(getattr(plan, name), kind):
+            raise ValueError(f"{at}.{name} is {getattr(plan, name)!r}")
+    for i, step in enumerate(plan.steps):
+        for name, kind in _STEP_FIELDS.items():
+            if not _is(getattr(step, name), kind):
+                raise ValueError(f"{at}.steps[{i}].{name} is {getattr(step, name)!r}")
+        if any(not 0 <= d < len(plan.steps) for d in step.deps):
+            raise ValueError(f"{at}.steps[{i}].deps {step.deps} refers to steps the plan does not have")
+        if step.sub and not step.nodes:
+            raise ValueError(f"{at}.steps[{i}] has region plans but no node")
+        for j, sub in enumerate(step.sub):
+            _check_plan(sub, f"{at}.steps[{i}].sub[{j}]")
 
 
 def _json_section(raw: bytes, what: str, where: str) -> Any:
@@ -228,7 +293,16 @@ def compile(module: object, target: str = "trn3", *, cache: object = None,
         program = compile_uncached(module, target, **options)
         program.cache_hit = False
         return program
-    store = cache if isinstance(cache, CompileCache) else CompileCache(None if cache in (None, True) else str(cache))
+    if isinstance(cache, CompileCache):
+        store = cache
+    elif cache is None or cache is True:
+        store = CompileCache(None)
+    elif isinstance(cache, str | os.PathLike):
+        store = CompileCache(os.fspath(cache))
+    else:
+        raise CacheError(f"cache={cache!r} is not a cache", where="trnsim.compile",
+                         hint="pass cache=None (TRNSIM_CACHE_URL), False (no cache), a URL or folder, "
+                              "or a CompileCache")
     key = cache_key(cache_entries(module, target, opts))
     built: list[CompiledProgram] = []
 

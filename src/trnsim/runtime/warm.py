@@ -22,11 +22,11 @@ import importlib.util
 import multiprocessing
 import os
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from trnsim.errors import CompileError, TrnsimError
 
@@ -88,12 +88,21 @@ def script_programs(path: Path) -> list[tuple[str, str | bytes, dict[str, Any]]]
                            hint=f"define `def {ENTRY_POINT}():` returning a list of (name, module) or "
                                 "(name, module, options), a module being StableHLO text or jax.jit(f).lower(...)")
     out: list[tuple[str, str | bytes, dict[str, Any]]] = []
-    for i, item in enumerate(entry()):
+    items = entry()
+    if isinstance(items, str | bytes | Mapping) or not isinstance(items, Iterable):
+        raise CompileError(f"{ENTRY_POINT}() returned a {type(items).__name__}, not a list of programs",
+                           where=where, hint="return a list of (name, module) or (name, module, options)")
+    for i, item in enumerate(cast("Iterable[Any]", items)):
         if not isinstance(item, tuple | list) or len(item) not in (2, 3):
             raise CompileError(f"{ENTRY_POINT}() item {i} is not (name, module) or (name, module, options)",
                                where=where)
         entry_item: Sequence[Any] = item
         name, module = str(entry_item[0]), module_source(entry_item[1], f"{where}: {entry_item[0]}")
+        if len(entry_item) == 3 and (not isinstance(entry_item[2], Mapping) or
+                                     not all(isinstance(k, str) for k in cast("Mapping[Any, Any]", entry_item[2]))):
+            raise CompileError(f"{ENTRY_POINT}() item {i} ({name}): its options are a "
+                               f"{type(entry_item[2]).__name__}, not a dict with str keys", where=where,
+                               hint="give options as a dict of trnsim.compile keywords, e.g. {'sparsity': '2:4'}")
         options: dict[str, Any] = dict(entry_item[2]) if len(entry_item) == 3 else {}
         out.append((f"{path.name}:{name}", module, options))
     return out
