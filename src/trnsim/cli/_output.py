@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from rich.console import Console
 from rich.table import Table
@@ -37,8 +38,22 @@ def print_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]
 
 
 def print_json(obj: Any) -> None:
-    json.dump(obj, sys.stdout, indent=2, sort_keys=True, default=float)
+    """``obj`` as strict JSON (RFC 8259): a NaN or infinite float is written as ``null``, not ``NaN``."""
+    json.dump(_strict(obj), sys.stdout, indent=2, sort_keys=True, allow_nan=False)
     sys.stdout.write("\n")
+
+
+def _strict(obj: Any) -> Any:
+    """``obj`` with non-finite floats as ``None`` and other numbers (numpy scalars) as Python floats."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _strict(v) for k, v in cast("dict[Any, Any]", obj).items()}
+    if isinstance(obj, list | tuple):
+        return [_strict(v) for v in cast("list[Any]", obj)]
+    if obj is None or isinstance(obj, str | int):
+        return obj
+    return _strict(float(obj))
 
 
 def fmt_float(v: float) -> str:

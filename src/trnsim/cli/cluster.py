@@ -6,6 +6,7 @@ Text output is rich tables; ``--json`` prints machine-readable JSON (seconds, by
 from __future__ import annotations
 
 import argparse
+import math
 import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -120,7 +121,14 @@ def parse_tokens(text: str) -> float:
     if not match:
         raise ConfigError(f"cannot read --tokens {text!r}", hint="write a number with an optional K/M/B/T "
                           "suffix, e.g. 15T or 2e12")
-    return float(match.group(1)) * TOKEN_SUFFIX[match.group(2).upper()]
+    try:
+        tokens = float(match.group(1)) * TOKEN_SUFFIX[match.group(2).upper()]
+    except ValueError:  # "1.2.3"
+        tokens = math.nan
+    if not 0 <= tokens < math.inf:
+        raise ConfigError(f"cannot read --tokens {text!r}: not a finite number",
+                          hint="write a number with an optional K/M/B/T suffix, e.g. 15T or 2e12")
+    return tokens
 
 
 def _config(args: argparse.Namespace) -> TrainingConfig:

@@ -8,6 +8,7 @@ checked by eye. ``--json`` prints the same with the topology, the group and each
 from __future__ import annotations
 
 import argparse
+import math
 from typing import TYPE_CHECKING
 
 from trnsim import hw
@@ -72,6 +73,9 @@ def cmd_fabric(args: argparse.Namespace) -> int:
     topo = Topology.for_chip(spec, chips)
     if args.stride < 1:
         raise ConfigError(f"--stride must be at least 1, got {args.stride}")
+    if not 0 <= args.gamma < math.inf:
+        raise ConfigError(f"--gamma must be a finite number >= 0, got {args.gamma}",
+                          hint="gamma is the reduction cost in seconds per byte, e.g. --gamma 1e-12 (default 0)")
     size = args.group_size if args.group_size is not None else (chips - 1) // args.stride + 1
     group = topo.group(size, args.stride)
     rows = [collective(args.op, s, group, args.algorithm, policy=args.policy, gamma=args.gamma)

@@ -24,6 +24,7 @@ memory; global batch ≈ 4 Mi tokens (Llama 2's 4M-token batches, Touvron 2023 �
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -31,6 +32,7 @@ from trnsim.cluster._cache import per_spec
 from trnsim.cluster.models import ModelSpec
 from trnsim.cluster.ops import ATTENTION_KINDS
 from trnsim.errors import ConfigError
+from trnsim.fabric.topology import MAX_CHIPS
 from trnsim.hw.spec import ChipSpec
 
 # CLI precision name → the dtype passed to ChipSpec.peak_flops (trnsim.numerics names).
@@ -149,7 +151,9 @@ class Plan:
 
 
 def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+    """The divisors of ``n`` in increasing order (a loop to sqrt(n): layer counts come from user files)."""
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return small + [n // d for d in reversed(small) if d * d != n]
 
 
 def tp_ok(model: ModelSpec, tp: int) -> bool:
@@ -216,9 +220,12 @@ def _option_problems(model: ModelSpec, spec: ChipSpec, chips: int, cfg: Training
                         ("ep", cfg.ep), ("interleave", cfg.interleave), ("lora_rank", cfg.lora_rank)):
         if value is not None and value < 1:
             problems.append(f"{name} = {value}: must be a positive integer")
-    if chips < 1 or problems:
-        raise ClusterConfigError(problems or [f"chips = {chips}: must be at least 1"],
-                                 where=f"{model.name} on {chips} × {spec.name}")
+    if chips < 1:
+        problems.append(f"chips = {chips}: must be at least 1")
+    elif chips > MAX_CHIPS:
+        problems.append(f"chips = {chips:,}: trnsim models clusters of at most {MAX_CHIPS:,} chips")
+    if problems:
+        raise ClusterConfigError(problems, where=f"{model.name} on {chips} × {spec.name}")
     for name, value, table in (("precision", cfg.precision, PRECISIONS), ("optimizer", cfg.optimizer, OPTIMIZERS),
                                ("recompute", cfg.recompute, RECOMPUTE), ("finetune", cfg.finetune, FINETUNE),
                                ("attention", cfg.attention, ATTENTION_KINDS)):

@@ -72,6 +72,15 @@ class ParamCount:
     matmul: int
 
 
+# NOTE: sanity bounds, each orders of magnitude above any published model, so that a typo (layers =
+# 1000000000000) is an error, not a search that never ends
+SIZE_LIMITS: dict[str, int] = {
+    "layers": 100_000, "hidden": 10_000_000, "heads": 1_000_000, "kv_heads": 1_000_000, "head_dim": 1_000_000,
+    "ffn": 100_000_000, "vocab": 1_000_000_000, "seq_len": 1_000_000_000, "experts": 1_000_000,
+    "top_k": 1_000_000, "moe_ffn": 100_000_000,
+}
+
+
 @dataclass(frozen=True, kw_only=True)
 class ModelSpec:
     """A decoder-only transformer; ``name`` and ``source`` are filled by the loader."""
@@ -97,6 +106,11 @@ class ModelSpec:
     source: str = field(default="user file", metadata=doc("where the shapes come from"))
 
     def __post_init__(self) -> None:
+        for name, limit in SIZE_LIMITS.items():
+            value = getattr(self, name)
+            if value is not None and value > limit:
+                raise FieldIssue(name, f"{value:,} is larger than trnsim models ({limit:,} at most)",
+                                 hint="check the value (published models are far below this limit)")
         if self.head_dim is None and self.hidden % self.heads:
             raise FieldIssue("heads", f"hidden {self.hidden} is not divisible by heads {self.heads}",
                              hint="give head_dim explicitly, or choose heads dividing hidden")
@@ -206,6 +220,9 @@ def load(path: str | Path) -> ModelSpec:
     except OSError as exc:
         raise ModelError(f"cannot read model file: {exc.strerror}", where=str(file),
                          hint="check the path, or use a zoo name from `trnsim estimate --help`") from None
+    except UnicodeDecodeError as exc:
+        raise ModelError(f"the model file is not UTF-8 text (byte {exc.start} is {exc.object[exc.start]:#04x})",
+                         where=str(file), hint="save it as UTF-8 TOML or JSON (is it the right file?)") from None
     try:
         table: object = json.loads(text) if file.suffix == ".json" else tomllib.loads(text)
     except (json.JSONDecodeError, tomllib.TOMLDecodeError) as exc:

@@ -71,7 +71,7 @@ from trnsim.cluster.config import (
 from trnsim.cluster.estimate import Estimate, estimate_plan
 from trnsim.cluster.memory import memory
 from trnsim.cluster.models import ModelSpec
-from trnsim.fabric import FabricError
+from trnsim.fabric import MAX_CHIPS, FabricError
 from trnsim.hw.spec import ChipSpec
 
 # Why a configuration was rejected, and what to change (in the order the summary lists them).
@@ -566,6 +566,8 @@ def _request_problems(model: ModelSpec, spec: ChipSpec, chips: int, base: Traini
                             f"Space({name}=({value!r},)) (command line: --{name.replace('_', '-')})")
     if chips < 1:
         problems.append(f"chips = {chips}: must be at least 1")
+    elif chips > MAX_CHIPS:
+        problems.append(f"chips = {chips:,}: trnsim models clusters of at most {MAX_CHIPS:,} chips")
     per_node = spec.topology.chips_per_node
     if chips > per_node and chips % per_node:
         problems.append(f"{chips} chips is not a whole number of {per_node}-chip {spec.name} nodes: use a "

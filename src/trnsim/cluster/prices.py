@@ -328,6 +328,10 @@ def load(path: str | Path) -> Catalogue:
     except OSError as exc:
         raise PriceError(f"cannot read price file: {exc.strerror}", where=str(file),
                          hint="check the path given to --prices") from None
+    except UnicodeDecodeError as exc:
+        raise PriceError(f"the price file is not UTF-8 text (byte {exc.start} is {exc.object[exc.start]:#04x})",
+                         where=str(file), hint="save it as UTF-8 TOML (is it the right file given to --prices?)"
+                         ) from None
     except tomllib.TOMLDecodeError as exc:
         raise PriceError(f"syntax error: {exc}", where=str(file),
                          hint="a price file is TOML in the format of trnsim/cluster/prices.toml") from None

@@ -174,7 +174,7 @@ def _library_time(target: str, m: int, k: int, n: int, dtype: str, sparsity: str
     spec = trnsim.TensorSpec
     kb = -(-k // MX_BLOCK)
     args: list[Any] = [spec((m, k), dtype)]
-    params: dict[str, object] = {"out_dtype": out_dtype}
+    params: dict[str, Any] = {"out_dtype": out_dtype}
     if sparsity is not None:
         nn, mm = (int(x) for x in sparsity.split(":"))
         kept = k * nn // mm

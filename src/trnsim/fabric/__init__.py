@@ -22,10 +22,11 @@ from trnsim.fabric.algorithms import ALGORITHMS, Algorithm, Phase
 from trnsim.fabric.collective import OPS, POLICIES, CollectiveCost, Op, collective
 from trnsim.fabric.errors import FabricError
 from trnsim.fabric.group import Group, Shape, Span
-from trnsim.fabric.topology import Level, Topology
+from trnsim.fabric.topology import MAX_CHIPS, Level, Topology
 
 __all__ = [
     "ALGORITHMS",
+    "MAX_CHIPS",
     "OPS",
     "POLICIES",
     "Algorithm",

@@ -19,6 +19,7 @@ Bandwidths follow nccl-tests (§4.1): ``algbw = S/t``, ``busbw = algbw × factor
 from __future__ import annotations
 
 import difflib
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -148,8 +149,9 @@ def collective(op: str, nbytes: float, group: Group, algorithm: str | None = Non
     if algorithm is not None:
         _check_name(f"algorithm for {op}", algorithm, list(ALGORITHMS[op]))
     _check_name("algorithm policy", policy, list(POLICIES))
-    if nbytes < 0 or gamma < 0:
-        raise FabricError(f"nbytes and gamma must be non-negative, got nbytes={nbytes}, gamma={gamma}")
+    if nbytes < 0 or not 0 <= gamma < math.inf:
+        raise FabricError(f"nbytes and gamma must be finite and non-negative, got nbytes={nbytes}, gamma={gamma}",
+                          hint="gamma is a reduction cost in seconds per byte, e.g. --gamma 1e-12 (0: none)")
     if group.size == 1 or nbytes == 0:  # nothing crosses a link
         return CollectiveCost(op, nbytes, group.size, algorithm or "none", 0.0, (), {}, policy)
     shape = group.shape

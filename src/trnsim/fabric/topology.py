@@ -29,6 +29,10 @@ from trnsim.fabric.group import Group
 from trnsim.hw.spec import ChipSpec, LinkSpec, ScaleupSpec, parse_topology
 
 # Torus rank → level kind name; a torus reduced to one non-trivial dimension is a ring.
+# NOTE: the largest topology trnsim builds: 8× the largest published training clusters (~131k chips), and
+# small enough that the per-rank group analysis (Group.build) answers in seconds
+MAX_CHIPS = 2**20
+
 _TORUS_KIND = {1: "ring", 2: "torus2d", 3: "torus3d"}
 
 
@@ -151,6 +155,9 @@ class Topology:
         per_node = topo.chips_per_node
         if chips < 1:
             raise FabricError(f"chips must be at least 1, got {chips}", where=spec.name)
+        if chips > MAX_CHIPS:
+            raise FabricError(f"{chips:,} chips is more than trnsim models ({MAX_CHIPS:,} at most)", where=spec.name,
+                              hint=f"use at most {MAX_CHIPS:,} chips (the largest published clusters have ~131k)")
         if chips > per_node and chips % per_node:
             raise FabricError(f"{chips} chips is not a whole number of {per_node}-chip nodes", where=spec.name,
                               hint=f"use a multiple of {per_node}, e.g. {per_node * math.ceil(chips / per_node)}")

@@ -7,6 +7,7 @@ patterns (``0x7FC0``), or one hex blob of raw little-endian bytes (``"0x..."``).
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any
 
@@ -14,6 +15,10 @@ import numpy as np
 
 from trnsim.errors import UnsupportedError
 from trnsim.ir.types import DTYPES
+
+# NOTE: constants are materialised as numpy arrays at import; a larger one (usually a splat such as
+# dense<0.0> : tensor<100000000000xf32>) would exhaust host memory before any HBM check could report it
+MAX_CONSTANT_BYTES = 1 << 32
 
 _TOKEN = re.compile(r"0x[0-9A-Fa-f]+|[-+]?(?:inf|nan|\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?)|true|false")
 
@@ -28,6 +33,12 @@ def decode_dense(a: Any, where: str) -> np.ndarray:
         raise UnsupportedError(f"constant of element type {name} is not supported", where=where,
                                hint=dt.why if dt else "use f32, bf16, f16, fp8 or an integer type")
     shape = tuple(rt.shape)
+    nbytes = math.prod(shape) * max(1, dt.np_dtype.itemsize)
+    if nbytes > MAX_CONSTANT_BYTES:
+        raise UnsupportedError(
+            f"constant of type {rt} is {nbytes / 2**30:,.1f} GiB; trnsim supports constants up to "
+            f"{MAX_CONSTANT_BYTES / 2**30:g} GiB", where=where,
+            hint="pass the tensor as an argument, or build it in the program (e.g. broadcast_in_dim of a scalar)")
     if name in ("i1", "i8", "i16", "i32", "i64", "ui8", "ui16", "ui32", "ui64", "f16", "f32"):
         try:
             arr = np.array(a)

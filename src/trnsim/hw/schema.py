@@ -257,6 +257,9 @@ def read_toml(path: str | os.PathLike[str], what: str = "file") -> dict[str, Any
         text = file.read_text(encoding="utf-8")
     except OSError as exc:
         raise SpecError(f"cannot read {what}: {exc.strerror}", where=str(file)) from None
+    except UnicodeDecodeError as exc:
+        raise SpecError(f"{what} is not UTF-8 text (byte {exc.start} is {exc.object[exc.start]:#04x})",
+                        where=str(file), hint="save it as UTF-8 TOML (is it the right file?)") from None
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
