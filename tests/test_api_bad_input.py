@@ -92,3 +92,15 @@ def test_huge_splat_constant() -> None:
     with pytest.raises(UnsupportedError, match=f"up to {MAX_CONSTANT_BYTES / 2**30:g} GiB") as info:
         trnsim.compile(src, cache=False)
     assert "stablehlo.constant" in str(info.value)
+
+
+def test_a_program_that_computes_nothing_over_hbm_is_a_clear_error() -> None:
+    """Its parameters are its results (no steps): they are checked against HBM like any value (an IndexError in
+    the memory planner before)."""
+    big = """func.func public @main(%a: tensor<100000000000xf32>) -> tensor<100000000000xf32> {
+  return %a : tensor<100000000000xf32>
+}"""
+    with pytest.raises(trnsim.CompileError, match=r"parameters \(also its results\) need 372\.53 GiB"):
+        trnsim.compile(big, cache=False)
+    small = big.replace("100000000000", "4")
+    np.testing.assert_array_equal(trnsim.compile(small, cache=False).run(np.ones(4, np.float32))[0], np.ones(4))

@@ -90,6 +90,13 @@ def plan_memory(graph: Graph, plan: Plan, limit: int, *, spill_bandwidth: float 
                 allow_spill: bool, target: str) -> Outcome:
     """Fit ``plan`` into ``limit`` bytes of HBM (see the module docstring); rewrites ``plan.steps``."""
     values, inputs = _liveness(graph, plan)
+    if not plan.steps:                   # it computes nothing: its parameters are its results, all held at once
+        held = sum(v.size for v in values.values())
+        if held > limit:
+            raise CompileError(f"the program's parameters (also its results) need {_size(held)} of HBM; the limit "
+                               f"is {_size(limit)}", where="allocate",
+                               hint="pass smaller arrays, or shard them over more chips")
+        return Outcome(peak=held)
     recomputable = [_recomputable(graph, s) for s in plan.steps]
     goal, peak = limit, 0
     for _ in range(REFIT_ROUNDS):
@@ -152,7 +159,9 @@ def _aligned(n: int) -> int:
 
 
 def _pressure(values: Iterable[Live], steps: int) -> list[int]:
-    """Bytes in HBM during each step: the sum over live values (fragmentation is checked by first fit)."""
+    """Bytes in HBM during each step: the sum over live values (fragmentation is checked by first fit). A
+    program of no steps (its results are its parameters) still holds them for one moment."""
+    steps = max(steps, 1)
     diff = [0] * (steps + 1)
     for live in values:
         for a, b in live.segments():
@@ -219,12 +228,16 @@ def _relieve(values: dict[int, Live], inputs: list[list[int]], recomputable: lis
 
 def _does_not_fit(values: dict[int, Live], plan: Plan, step: int, pressure: int,
                   limit: int, target: str, *, spill_blocked: bool, no_link: bool) -> CompileError:
-    s = plan.steps[step]
     live = [v for v in values.values() if v.live_at(step)]
     pinned = sum(v.size for v in live if v.pinned)
     own = sum(v.size for v in live if not v.pinned and step in v.touches)
     rest = pressure - pinned - own
-    what = (f"step {step} ({s.kernel}: {'+'.join(dict.fromkeys(s.ops))[:60]}, at {s.loc}) needs {_size(pressure)} "
+    if step < len(plan.steps):
+        s = plan.steps[step]
+        where = f"step {step} ({s.kernel}: {'+'.join(dict.fromkeys(s.ops))[:60]}, at {s.loc})"
+    else:                                # no steps: the results are the parameters themselves
+        where = "the program (it computes nothing; its parameters are its results)"
+    what = (f"{where} needs {_size(pressure)} "
             f"of HBM: {_size(own)} for its own inputs and outputs, {_size(pinned)} of parameters" +
             (f", {_size(rest)} of values that cannot be recomputed" if rest else "") +
             f"; the limit is {_size(limit)}")
