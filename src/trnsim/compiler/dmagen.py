@@ -439,16 +439,11 @@ def layout_specs(layout: Layout) -> list[Any]:
 @lru_cache(maxsize=1024)
 def _timed(target: str, layout: Layout) -> LayoutTime:
     import trnsim
-    from trnsim.sim.profile import Profile
 
     if not _KERNEL:
         _KERNEL.append(_kernel())
-    result = trnsim.run_kernel(_KERNEL[0], *layout_specs(layout), target=target, timing=True, layout=layout)
-    profile = result.profile
-    assert isinstance(profile, Profile)
-    from trnsim.compiler.kernel_timing import engine_counts
-
-    return LayoutTime(profile.total_seconds, profile.dma_bytes, profile.instructions, engine_counts(profile))
+    return LayoutTime.of(trnsim.run_kernel(_KERNEL[0], *layout_specs(layout), target=target, timing=True,
+                                           layout=layout))
 
 
 def clear_memo() -> None:

@@ -58,6 +58,16 @@ class LayoutTime:
     instructions: int
     by_engine: dict[str, int] = field(default_factory=dict[str, int])    # instructions per engine ("dma")
 
+    @staticmethod
+    def of(result: Any) -> LayoutTime:
+        """The time of a ``run_kernel(..., timing=True)`` result."""
+        from trnsim.compiler.kernel_timing import engine_counts
+        from trnsim.sim.profile import Profile
+
+        profile = result.profile
+        assert isinstance(profile, Profile)
+        return LayoutTime(profile.total_seconds, profile.dma_bytes, profile.instructions, engine_counts(profile))
+
 
 @dataclass(frozen=True)
 class GatherPlan:
@@ -295,7 +305,6 @@ def lookup_for(node: Node) -> Lookup | None:
 def lookup_time(target: str, lookup: Lookup) -> LayoutTime:
     import trnsim
     from trnsim.kernels.embeddings import embedding_backward_kernel, embedding_kernel
-    from trnsim.sim.profile import Profile
 
     spec: Any = trnsim.TensorSpec
     ids = spec(lookup.ids, "int32")
@@ -305,11 +314,7 @@ def lookup_time(target: str, lookup: Lookup) -> LayoutTime:
     else:
         result = trnsim.run_kernel(embedding_backward_kernel, spec((*lookup.ids, lookup.width), lookup.dtype), ids,
                                    target=target, timing=True, vocab=lookup.vocab, dtype=lookup.dtype)
-    profile = result.profile
-    assert isinstance(profile, Profile)
-    from trnsim.compiler.kernel_timing import engine_counts
-
-    return LayoutTime(profile.total_seconds, profile.dma_bytes, profile.instructions, engine_counts(profile))
+    return LayoutTime.of(result)
 
 
 # ---- one element per row: indirect DMA of single elements by flat address -------------------------------
@@ -572,16 +577,11 @@ def pick_specs(pick: Pick) -> list[Any]:
 @lru_cache(maxsize=256)
 def pick_time(target: str, pick: Pick) -> LayoutTime:
     import trnsim
-    from trnsim.compiler.kernel_timing import engine_counts
-    from trnsim.sim.profile import Profile
 
     specs = pick_specs(pick)
     while specs and specs[-1] is None:
         specs.pop()
-    result = trnsim.run_kernel(pick_kernel(), *specs, target=target, timing=True, pick=pick)
-    profile = result.profile
-    assert isinstance(profile, Profile)
-    return LayoutTime(profile.total_seconds, profile.dma_bytes, profile.instructions, engine_counts(profile))
+    return LayoutTime.of(trnsim.run_kernel(pick_kernel(), *specs, target=target, timing=True, pick=pick))
 
 
 def chunks(n: int) -> list[tuple[int, int]]:

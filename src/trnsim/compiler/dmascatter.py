@@ -382,13 +382,9 @@ def scatter_specs(plan: WindowScatter) -> list[Any]:
 @lru_cache(maxsize=256)
 def window_scatter_time(target: str, plan: WindowScatter) -> LayoutTime:
     import trnsim
-    from trnsim.compiler.kernel_timing import engine_counts
-    from trnsim.sim.profile import Profile
 
-    result = trnsim.run_kernel(scatter_kernel(), *scatter_specs(plan), target=target, timing=True, plan=plan)
-    profile = result.profile
-    assert isinstance(profile, Profile)
-    return LayoutTime(profile.total_seconds, profile.dma_bytes, profile.instructions, engine_counts(profile))
+    return LayoutTime.of(trnsim.run_kernel(scatter_kernel(), *scatter_specs(plan), target=target, timing=True,
+                                           plan=plan))
 
 
 def clear_memo() -> None:
