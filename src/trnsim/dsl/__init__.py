@@ -33,7 +33,8 @@ Tensors (``Tensor``): HBM tensors (kernel inputs, ``hbm_tensor`` outputs) and ti
 (``sbuf(shape, dtype)``, ``psum(shape)``, ``ndarray(shape, dtype, buffer=...)``, ``zeros``, ``full``,
 ``iota``). Dimension 0 of a tile is its partition dimension (≤ 128; ``tile_size()`` gives the target's
 limits by NKI's names). Slicing, integer indexing, ``None`` (new axis), ``.T`` (HBM), ``broadcast_to``
-and ``bitcast`` give views; ops take views anywhere a tensor goes.
+and ``bitcast`` give views (a slice past a dimension is an error, not clamped as numpy would); ops take views
+anywhere a tensor goes.
 
 Operations (names follow NKI where it has them):
 

@@ -13,6 +13,8 @@ the ISA ``AccessPattern`` an instruction addresses, and ``box`` is what it touch
 Dimension 0 of a tile is its partition dimension: at most 128, never strided or transposed on chip (each
 partition is its own SRAM row), so an on-chip view keeps it first; integer-indexing it keeps a size-1
 partition dimension, as NKI does. The first dimension of an HBM view becomes the AP's (strided) rows.
+Unlike numpy, a slice bound past a dimension is an error, not clamped (a ragged last tile slices to
+``min(stop, n)`` itself); negative bounds count from the end as in numpy.
 """
 
 from __future__ import annotations
