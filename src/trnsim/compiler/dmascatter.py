@@ -128,7 +128,7 @@ class WindowScatter:
 def window_scatter_for(node: Node) -> WindowScatter | None:
     """The ``WindowScatter`` of a scatter node, or None when the kernel cannot compute it exactly (module
     docstring) or it would take more than ``MAX_PICK_TILES`` tiles."""
-    from trnsim.ir.semantics.indexing import _is_replace  # pyright: ignore[reportPrivateUsage]
+    from trnsim.ir.semantics.indexing import is_replace
     from trnsim.ir.semantics.reduce import simple_combiner
 
     if node.op != "scatter" or len(node.inputs) != 3 or len(node.outputs) != 1:
@@ -140,7 +140,7 @@ def window_scatter_for(node: Node) -> WindowScatter | None:
             x.size >= EXACT or upd.size >= EXACT:
         return None
     region = node.regions[0]
-    combiner = "replace" if _is_replace(region) else COMBINERS.get(simple_combiner(region) or "")
+    combiner = "replace" if is_replace(region) else COMBINERS.get(simple_combiner(region) or "")
     integer = dtype not in ("fp32", "bf16", "fp16")
     if combiner is None or (integer and combiner in ("add", "mul") and dtype not in WRAPPED[combiner]) or \
             (integer and combiner in ("max", "min") and dtype not in EXACT_INTS):

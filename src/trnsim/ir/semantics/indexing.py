@@ -68,7 +68,8 @@ def _gather(node: Node, args: Arrays, interp: Interpreter) -> Arrays:
     return [np.transpose(sliced, perm)]
 
 
-def _is_replace(region: Graph) -> bool:
+def is_replace(region: Graph) -> bool:
+    """The scatter body returns its update unchanged: a plain replacement."""
     return not region.nodes and len(region.results) == 1 and region.results[0] is region.params[-1]
 
 
@@ -112,7 +113,7 @@ def _scatter(node: Node, args: Arrays, interp: Interpreter) -> Arrays:
     targets = flat.ravel()[order]
     region = node.regions[0]
     results = [x.copy().ravel() for x in inputs]
-    if n == 1 and _is_replace(region):
+    if n == 1 and is_replace(region):
         results[0][targets] = updates[0].ravel()[order]     # numpy keeps the last write: row-major order
         return [to(node.outputs[0], results[0].reshape(inputs[0].shape))]
     op = simple_combiner(region) if n == 1 else None
