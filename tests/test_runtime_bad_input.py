@@ -242,3 +242,15 @@ def test_malformed_graph_tables(artifact: Any) -> None:
     sections["program.json"] = json.dumps({"ops": 5}).encode()
     with pytest.raises(ArtifactError, match=r"bad\.neff"), warnings.catch_warnings():
         from_bytes(pack_artifact(artifact.meta, sections, target=artifact.target), where="bad.neff")
+
+
+def test_the_artifact_plan_check_covers_every_plan_and_step_field() -> None:
+    """``runtime.program`` checks a loaded plan's fields from a table: a field added to ``Plan`` or ``Step``
+    must be added there too (else it goes unchecked), and the table must name no field that is gone."""
+    import dataclasses
+
+    from trnsim.compiler.lowering import Plan, Step
+    from trnsim.runtime import program
+
+    assert {f.name for f in dataclasses.fields(Plan)} == set(program._PLAN_FIELDS)  # pyright: ignore[reportPrivateUsage]
+    assert {f.name for f in dataclasses.fields(Step)} == set(program._STEP_FIELDS)  # pyright: ignore[reportPrivateUsage]
