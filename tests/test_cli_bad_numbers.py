@@ -90,3 +90,19 @@ def test_ctrl_c_is_a_short_message(capsys: pytest.CaptureFixture[str], monkeypat
     monkeypatch.setattr(cli, "_main", interrupted)
     code, out, err = run(capsys, "hw", "list")
     assert code == 130 and out == "" and err.strip() == "trnsim: interrupted"
+
+
+def test_tco_names_each_targets_problem_on_one_line_with_a_hint_that_fits() -> None:
+    import contextlib
+    import io
+
+    from trnsim.cli import main
+
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        code = main(["tco", "--model", "llama3-8b", "--tokens", "1e12", "--target", "trn3", "--chips",
+                     "1000000000000"])
+    text = err.getvalue()
+    assert code != 0
+    assert "  - trn3: 1 problem with the training setup: chips = 1,000,000,000,000" in text
+    assert "change what each line names" in text

@@ -164,7 +164,7 @@ def run_tco(model: models.ModelSpec, targets: Sequence[str], tokens: float, a: t
             else:
                 rows.append(tco.for_deadline(model, spec, tokens, deadline_s or math.inf, cfg, a, max_chips))
         except (ClusterConfigError, tco.DeadlineError) as exc:
-            failed.append((name, exc.message.replace("\n", " ")))
+            failed.append((name, " ".join(line.strip(" -") for line in exc.message.splitlines() if line.strip())))
     return rows, failed
 
 
@@ -181,7 +181,8 @@ def cmd_tco(args: argparse.Namespace) -> int:
                            config=job_config(args), max_chips=args.max_chips)
     if not rows:
         raise TrnsimError("no target could be evaluated:\n" + "\n".join(f"  - {t}: {why}" for t, why in failed),
-                          hint="use --chips with a multiple of every target's server size, or a longer --deadline")
+                          hint="change what each line names, e.g. --chips (a multiple of every target's server "
+                               "size), or give a longer --deadline")
     if args.plot:
         from trnsim.report.plots import cost_vs_time, write_png  # matplotlib only when a plot is asked for
         write_png(cost_vs_time(model, rows, a, job_config(args)), Path(args.plot))
