@@ -409,3 +409,11 @@ def test_the_most_shares_an_element_sums(dtype: type) -> None:
     assert got[0, 15, 15, 0] == np.array(-256, np.int64).astype(dtype)
     with pytest.raises(KernelError, match="summing up to 257 terms"):
         select_and_scatter(x, src, window, one, init=1.0, dtype=np.dtype(dtype).name)
+
+
+def test_a_column_padding_wider_than_the_tile_is_all_fill() -> None:
+    """Two padded columns before a one-column input with stride 2: the tile's one column is padding (its memset
+    sliced past the tile, which the DSL now rejects; found by hypothesis once slices stopped clamping)."""
+    x = np.full((1, 1, 1, 1), 3.0, np.float32)
+    args = ([1, 1, 1, 1], [1, 1, 2, 1], [(0, 0), (0, 0), (2, 0), (0, 0)], [1, 2, 1, 1])
+    np.testing.assert_array_equal(reduce_window(x, *args, op="max"), reference(x, *args, "max"))  # type: ignore[arg-type]

@@ -207,9 +207,9 @@ def _fill(tile: Tensor, hbm: Tensor, moves: list[Move], step: int, col: int, fil
     # multiple of 32, neuron.md §1.2; the DMAs then overwrite the bands that have those rows)
     top = max(0, *(min(rows, -mv.row) for mv in moves))
     bottom = min(rows, *(max(0, height - mv.row) for mv in moves))
-    for r0, r1, c0, c1 in ((0, top, 0, cols), (bottom, rows, 0, cols), (top, bottom, 0, offset),
-                           (top, bottom, offset + end - first, cols)):
-        if r0 < r1 and c0 < c1 and not whole:
+    for r0, r1, c0, c1 in ((0, top, 0, cols), (bottom, rows, 0, cols),
+                           (top, bottom, 0, min(offset, cols)), (top, bottom, min(offset + end - first, cols), cols)):
+        if r0 < r1 and c0 < c1 and not whole:   # (a column padding wider than the tile: all of it is fill)
             dsl.memset(tile[:, r0:r1, c0:c1, :], fill, engine="gpsimd")
     if first < end:
         _move(tile, hbm[:, :, first:end, :], moves, rows, step, 0, slice(offset, offset + end - first), store=False)
