@@ -122,7 +122,7 @@ def test_random_matmul_programs_fast_equals_plain(ops: tuple[tuple[object, ...],
 
 
 # ---------------------------------------------------------------- kernels
-def small_ints(rng: np.random.Generator, shape: tuple[int, int]) -> np.ndarray:
+def small_ints(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
     return rng.integers(-4, 5, shape).astype(np.float32)
 
 
@@ -409,3 +409,50 @@ def test_placed_operands_stack_in_place_and_others_are_copied(monkeypatch: pytes
     assert np.array_equal(got, np.concatenate([np.concatenate(col) for col in swapped], axis=1))
     assert not np.shares_memory(got, parts[0][0])
     scratch.release()
+
+
+def test_a_column_copied_once_is_laid_out_top_to_bottom_after(monkeypatch: pytest.MonkeyPatch) -> None:
+    """K tiles of one stationary decoded in turn (flash attention's Pᵀ tiles) lie side by side in a tiled
+    slab, so their column is copied; after that miss the shape is laid out top to bottom
+    (``Scratch.stack_down``) and the next column stacks as a view."""
+    monkeypatch.setattr(fastpath, "SLAB_COLUMNS", 6)
+    scratch = fastpath.Scratch()
+    deferred = fastpath.DeferredMatmuls(scratch)
+    rng = np.random.default_rng(5)
+
+    def column() -> list[np.ndarray]:
+        parts = [scratch.place(4, 2) for _ in range(5)]
+        for p in parts:
+            p[...] = rng.standard_normal(p.shape)
+            p.flags.writeable = False
+        return parts
+
+    first = column()
+    got = deferred._stack([first])
+    assert np.array_equal(got, np.concatenate(first)) and not np.shares_memory(got, first[0])
+    second = column()
+    got = deferred._stack([second])
+    assert np.array_equal(got, np.concatenate(second)) and np.shares_memory(got, second[0])
+    scratch.release()
+
+
+def test_a_run_that_fills_the_arena_starts_it_over_and_equals_plain(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run needing more scratch than the arena holds applies what is pending between two instructions and
+    starts the arena over (``Context.between``), several times, with the plain path's results bit for bit."""
+    monkeypatch.setattr(fastpath, "SCRATCH_CHUNK", 1 << 18)
+    monkeypatch.setattr(fastpath, "SCRATCH_BYTES", 1 << 19)
+    monkeypatch.setattr(fastpath, "_POOL", [])
+    restarts = []
+    release = fastpath.Scratch.release
+    monkeypatch.setattr(fastpath.Scratch, "release", lambda self: (restarts.append(self.full), release(self)))
+    rng = np.random.default_rng(11)
+    # zero scores: P = 1, so O and lse are sums of small integers, exact in any order of the additions
+    q = k = np.zeros((2, 384, 64), dtype=ml_dtypes.bfloat16)
+    v = small_ints(rng, (2, 384, 64)).astype(ml_dtypes.bfloat16)
+    program = kernels.flash_attention_kernel.compile(*(dsl.typed(x, "bf16") for x in (q, k, v))).program
+    feed = {name: x for name, x in zip(("q", "k", "v"), (q, k, v), strict=True)}
+    fast = Device(fast_paths=True).run(program, feed, check=False).outputs
+    assert sum(restarts) >= 2  # releases of a full arena, mid-run
+    slow = Device(fast_paths=False).run(program, feed, check=False).outputs
+    for name in fast:
+        assert np.array_equal(fast[name].view(np.uint32), slow[name].view(np.uint32)), name

@@ -202,6 +202,12 @@ class Context:
             self.operands.clear()
         self.scratch.release()  # nothing refers to scratch any more
 
+    def between(self) -> None:
+        """Call between two instructions: when the scratch arena is spent, ``finish`` (applying a pending
+        group early is always allowed, and no instruction holds scratch arrays now), so the arena starts over."""
+        if self.scratch.full:
+            self.finish()
+
     def write(self, ap: AccessPattern, values: NDArray[Any]) -> None:
         """Round ``values`` (any shape with ``ap.size`` elements) to ``ap.dtype`` and store them. The fast path
         rounds fp32 values into a bf16 pattern's memory with RNE (``values.bf16_round_into``) or stores them

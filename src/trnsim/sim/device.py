@@ -268,6 +268,7 @@ def run_instruction(ctx: Context, engine: Engine, i: int, ins: Instruction) -> N
     is pending has been applied (``Context.finish``), so memory holds what the plain path leaves."""
     try:
         SEMANTICS[type(ins)](ctx, ins)
+        ctx.between()
     except Fault as e:
         ctx.finish()
         raise SimError(e.message, where=where(engine, i, ins), hint=e.hint) from None

@@ -20,7 +20,10 @@ path wherever the partial sums are exactly representable, and within the fp32 ro
 
 Both keep their arrays (decoded operands, concatenated contractions, products) in a ``Scratch`` arena that
 is returned to a process-wide pool (at most ``SCRATCH_BYTES``) when the run ends (``Context.finish``): a run of a
-large GEMM then reuses the last run's memory instead of faulting in ~60 MB of fresh 4 KiB pages.
+large GEMM then reuses the last run's memory instead of faulting in ~60 MB of fresh 4 KiB pages. A run that
+fills the arena applies what is pending and drops its caches between two instructions (``Context.between``),
+and starts the arena over: a long run (flash attention decodes ~1 MB of Pᵀ tiles per step) then keeps
+reusing warm memory instead of faulting in fresh pages for every decode after the first ``SCRATCH_BYTES``.
 
 ``Device(fast_paths=False)`` runs the plain path; setting ``ENABLED = False`` makes that the default of every
 ``Device`` (the tests compare the two paths on random programs and on the kernels).
@@ -75,7 +78,28 @@ class Scratch:
     def __init__(self) -> None:
         self._chunks: list[NDArray[np.uint8]] = []
         self._used = SCRATCH_CHUNK  # bytes used of the last chunk (none yet: full)
+        self.full = False  # an array did not fit in the arena (``Context.between`` then starts it over)
         self._slabs: dict[tuple[int, int], tuple[NDArray[np.float32], int, int]] = {}  # (rows, cols) → slab, cursor
+        self._work = np.empty(0, dtype=np.float32)  # ``work``'s buffer
+        self._columns: set[tuple[int, int]] = set()  # shapes laid out top to bottom (``stack_down``)
+
+    def stack_down(self, shape: tuple[int, int]) -> None:
+        """Lay arrays of ``shape`` out top to bottom from now on (a slab ``cols`` wide): ``DeferredMatmuls``
+        asks for it when it had to copy such parts into one column (flash attention's Pᵀ tiles, 16 K tiles
+        of one stationary in turn), so the next ones lie in place."""
+        if shape not in self._columns:
+            self._columns.add(shape)
+            self._slabs.pop(shape, None)
+
+    def work(self, shape: tuple[int, ...]) -> NDArray[np.float32]:
+        """An uninitialised fp32 array of ``shape`` for one instruction's intermediate values, valid until the
+        next ``work`` call: one buffer, grown as needed and kept for the arena's life, so the big elementwise
+        instructions do not fault in fresh pages for every result (a [128, 2048] fp32 temporary allocated per
+        instruction made ScalarE's exp ~2x slower inside a run)."""
+        n = math.prod(shape)
+        if self._work.size < n:
+            self._work = np.empty(n, dtype=np.float32)
+        return self._work[:n].reshape(shape)
 
     def take(self, shape: tuple[int, ...]) -> NDArray[np.float32]:
         """An uninitialised fp32 array of ``shape``."""
@@ -89,10 +113,12 @@ class Scratch:
     def place(self, rows: int, cols: int) -> NDArray[np.float32]:
         """An uninitialised fp32 ``[rows, cols]`` array, possibly strided: arrays of one shape are laid out in
         turn, left to right then top to bottom, as blocks of a slab ``SLAB_COLUMNS`` wide (``cols`` wide if
-        that does not divide it). Operands decoded in the order TensorE reads them (a stationary tile's
-        column slices, then the next K tile; a moving panel's K tiles) then already form the block matrix
-        ``DeferredMatmuls`` multiplies, which ``_stack`` finds in place instead of copying."""
-        width = SLAB_COLUMNS if cols <= SLAB_COLUMNS and SLAB_COLUMNS % cols == 0 else cols
+        that does not divide it, or for a shape ``stack_down`` names). Operands decoded in the order TensorE
+        reads them (a stationary tile's column slices, then the next K tile; a moving panel's K tiles) then
+        already form the block matrix ``DeferredMatmuls`` multiplies, which ``_stack`` finds in place instead
+        of copying."""
+        tiled = cols <= SLAB_COLUMNS and SLAB_COLUMNS % cols == 0 and (rows, cols) not in self._columns
+        width = SLAB_COLUMNS if tiled else cols
         hit = self._slabs.get((rows, cols))
         slab, row, col = hit if hit is not None else (None, 0, 0)
         if col == width:
@@ -109,6 +135,7 @@ class Scratch:
     def _new_chunk(self) -> bool:
         """Start a new chunk (from the pool if it has one); False if the arena is at ``SCRATCH_BYTES``."""
         if len(self._chunks) * SCRATCH_CHUNK >= SCRATCH_BYTES:
+            self.full = True
             return False
         chunk = _POOL.pop() if _POOL else None
         self._chunks.append(chunk if chunk is not None and chunk.size == SCRATCH_CHUNK
@@ -123,6 +150,7 @@ class Scratch:
                 _POOL.append(chunk)
         self._used = SCRATCH_CHUNK
         self._slabs.clear()
+        self.full = False
 
 
 class OperandCache:
@@ -365,6 +393,8 @@ class DeferredMatmuls:
             return hit[1]
         stacked = _in_place(columns)
         if stacked is None:
+            if len(columns) == 1 and len({p.shape for p in parts}) == 1:
+                self.scratch.stack_down(parts[0].shape)
             stacked = self.scratch.take((sum(p.shape[0] for p in columns[0]), sum(c[0].shape[1] for c in columns)))
             c0 = 0
             for column in columns:

@@ -116,7 +116,9 @@ def affine_select(ctx: Context, ins: AffineSelect) -> None:
 @semantics(Activation)
 def activation(ctx: Context, ins: Activation) -> None:
     with np.errstate(all="ignore"):
-        y = np.multiply(ctx.peek32(ins.src), scalar(ctx, ins.scale), dtype=np.float32)  # then in place:
+        src = ctx.peek32(ins.src)
+        y = ctx.scratch.work(src.shape)  # the intermediate values, in a buffer reused by every instruction
+        np.multiply(src, scalar(ctx, ins.scale), out=y)  # then in place:
         np.add(y, scalar(ctx, ins.bias), out=y)  # + bias and func, each step rounded to fp32
         ACTIVATIONS[ins.func](y, out=y)
         ctx.write(ins.dst, y)
