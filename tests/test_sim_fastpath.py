@@ -351,6 +351,11 @@ def test_access_pattern_caches_are_per_pattern_and_not_pickled() -> None:
     assert set(a.__getstate__()) == {f.name for f in fields(AccessPattern)}  # no hash carried across processes
     copy = pickle.loads(pickle.dumps(a))
     assert copy == a and hash(copy) == hash(a) and {a: 1}[copy] == 1
+    assert a == same and a is not same and a != (a.memory, a.dtype) and a != None  # noqa: E711
+    for f in fields(AccessPattern):  # every field takes part in equality
+        other = replace(a, **{f.name: {"memory": "psum", "dtype": "fp16", "free": ((2, 64),), "tensor": "t"}.get(
+            f.name, getattr(a, f.name) + 1 if isinstance(getattr(a, f.name), int) else None)})
+        assert other != a and a != other, f.name
 
 
 # ---------------------------------------------------------------- scratch arena (``fastpath.Scratch``)

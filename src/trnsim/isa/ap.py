@@ -56,14 +56,28 @@ class AccessPattern:
     def __hash__(self) -> int:
         return self._hash
 
+    def __eq__(self, other: object) -> bool:
+        # NOTE: the simulator's dicts compare equal patterns of different instructions on every access: the
+        # fields' tuple is built once per pattern (the generated __eq__ built two per comparison)
+        if self is other:
+            return True
+        if other.__class__ is not AccessPattern:
+            return NotImplemented
+        assert isinstance(other, AccessPattern)
+        return self._hash == other._hash and self._key == other._key
+
     def __getstate__(self) -> dict[str, object]:
         """The fields only: cached values (the hash of strings included) belong to one process."""
         return {f: getattr(self, f) for f in FIELDS}
 
     @cached_property
+    def _key(self) -> tuple[object, ...]:
+        return (self.memory, self.dtype, self.partition_start, self.partitions, self.free, self.offset,
+                self.partition_stride, self.tensor)
+
+    @cached_property
     def _hash(self) -> int:
-        return hash((self.memory, self.dtype, self.partition_start, self.partitions, self.free, self.offset,
-                     self.partition_stride, self.tensor))
+        return hash(self._key)
 
     @cached_property
     def shape(self) -> tuple[int, ...]:

@@ -24,7 +24,9 @@ from numpy.typing import NDArray
 from trnsim.isa.ap import AccessPattern
 
 RAW: dict[int, type[np.unsignedinteger[Any]]] = {1: np.uint8, 2: np.uint16, 4: np.uint32}
+_CODES = {size: np.dtype(t).newbyteorder("<") for size, t in RAW.items()}  # little-endian codes, per itemsize
 SEGMENT_ALIGN = 1 << 12
+REGIONS_KEPT = 1 << 16  # checked on-chip patterns a memory remembers (then it starts over)
 
 
 class Fault(Exception):
@@ -51,8 +53,8 @@ class Region:
 
     def view(self, ap: AccessPattern) -> NDArray[Any]:
         """The AP's elements as raw little-endian codes (a view: writes go to memory)."""
-        dtype = np.dtype(RAW[ap.itemsize]).newbyteorder("<")
-        return np.ndarray(ap.shape, dtype=dtype, buffer=self.data, offset=self.start, strides=self.strides)
+        return np.ndarray(ap.shape, dtype=_CODES[ap.itemsize], buffer=self.data, offset=self.start,
+                          strides=self.strides)
 
     def written_view(self, ap: AccessPattern) -> NDArray[np.bool_]:
         """One flag per byte of every element, shape ``(*ap.shape, itemsize)``."""
@@ -76,6 +78,7 @@ class DenseMemory:
         self.name, self.partitions, self.row_bytes, self.flags = name, partitions, row_bytes, flags
         self._data: NDArray[np.uint8] | None = None
         self._written: NDArray[np.bool_] | None = None
+        self._regions: dict[AccessPattern, Region] = {}  # checked patterns (a program reuses its few patterns)
 
     def _arrays(self) -> tuple[NDArray[np.uint8], NDArray[np.bool_] | None]:
         if self._data is None:
@@ -85,6 +88,9 @@ class DenseMemory:
         return self._data, self._written
 
     def region(self, ap: AccessPattern) -> Region:
+        hit = self._regions.get(ap)
+        if hit is not None:
+            return hit
         size = ap.itemsize
         lo, hi = ap.byte_span()
         p0, p1 = ap.partition_start, ap.partition_start + ap.partitions
@@ -93,7 +99,10 @@ class DenseMemory:
                         f"(memory has {self.partitions} × {self.row_bytes})", "shrink the tile or fix its offset")
         data, written = self._arrays()
         strides = (self.row_bytes, *(s * size for s, _ in ap.free))
-        return Region(data, written, p0 * self.row_bytes + ap.offset, strides)
+        if len(self._regions) >= REGIONS_KEPT:
+            self._regions.clear()
+        reg = self._regions[ap] = Region(data, written, p0 * self.row_bytes + ap.offset, strides)
+        return reg
 
     def describe(self, addr: int) -> str:
         return f"partition {addr // self.row_bytes}, byte {addr % self.row_bytes}"
