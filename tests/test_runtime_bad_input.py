@@ -254,3 +254,22 @@ def test_the_artifact_plan_check_covers_every_plan_and_step_field() -> None:
 
     assert {f.name for f in dataclasses.fields(Plan)} == set(program._PLAN_FIELDS)  # pyright: ignore[reportPrivateUsage]
     assert {f.name for f in dataclasses.fields(Step)} == set(program._STEP_FIELDS)  # pyright: ignore[reportPrivateUsage]
+
+
+def test_graph_missing_an_op_attribute_fails_at_its_op_with_a_hint() -> None:
+    """A hash-valid artifact whose graph lost an op's attribute (edited and re-hashed) loads, and running it
+    raises a SimError naming the op, its location and the attribute, not a KeyError from the op's rule."""
+    text = ("module @m { func.func public @main(%a: tensor<4x8xf32>) -> tensor<4xf32> { "
+            "%z = stablehlo.constant dense<0.0> : tensor<f32>\n"
+            "%0 = stablehlo.reduce(%a init: %z) applies stablehlo.add across dimensions = [1] "
+            ": (tensor<4x8xf32>, tensor<f32>) -> tensor<4xf32>\n return %0 : tensor<4xf32> } }")
+    art = unpack_artifact(trnsim.compile(text, cache=False).to_bytes(), where="x")
+    tables = json.loads(art.sections["program.json"])
+    attrs = json.loads(tables["attrs"])
+    assert any("dimensions" in a for a in attrs)
+    tables["attrs"] = json.dumps([{k: v for k, v in a.items() if k != "dimensions"} for a in attrs])
+    sections = {**art.sections, "program.json": json.dumps(tables).encode()}
+    program = from_bytes(pack_artifact(art.meta, sections, target=art.target), where="bad.neff")
+    with pytest.raises(TrnsimError, match="`reduce` has no `dimensions` attribute") as err:
+        program.run(np.ones((4, 8), np.float32))
+    assert "compile it again" in (err.value.hint or "") and "reduce" in str(err.value.where)

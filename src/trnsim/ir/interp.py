@@ -72,6 +72,15 @@ class Interpreter:
                 outs = rule.evaluate(node, args, self)
         except TrnsimError:
             raise
+        except KeyError as exc:
+            key = exc.args[0] if exc.args else None
+            if isinstance(key, str) and key not in node.attrs:  # a graph built by the importer has them all
+                raise SimError(f"`{node.op}` has no `{key}` attribute", where=node.loc,
+                               hint="the program is damaged (a compiled artifact edited and re-hashed?); compile "
+                                    "it again from its module with `trnsim compile`") from exc
+            raise SimError(f"`{node.op}` failed: KeyError {exc}", where=node.loc,
+                           hint="this is a bug in trnsim's semantics for this op; please report it with the "
+                                "module") from exc
         except (ValueError, IndexError, TypeError, OverflowError, FloatingPointError, MemoryError) as exc:
             raise SimError(f"`{node.op}` failed: {exc}", where=node.loc,
                            hint="this is a bug in trnsim's semantics for this op; please report it with the "
