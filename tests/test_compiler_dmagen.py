@@ -108,6 +108,22 @@ def test_concatenations_lower_to_dma_kernels_that_copy_exactly() -> None:
     np.testing.assert_array_equal(moved, np.concatenate([a, b, a], axis=1))
 
 
+def test_a_concatenation_with_empty_inputs_copies_the_others() -> None:
+    """JAX's tridiagonal solve concatenates onto a 0-row tensor: the kernel copies the non-empty inputs."""
+    text = ("module @m { func.func public @main(%e: tensor<0x4xf32>, %a: tensor<3x4xf32>, %b: tensor<2x4xf32>) "
+            "-> tensor<5x4xf32> { %0 = stablehlo.concatenate %e, %a, %e, %b, dim = 0 : (tensor<0x4xf32>, "
+            "tensor<3x4xf32>, tensor<0x4xf32>, tensor<2x4xf32>) -> tensor<5x4xf32>\n return %0 : tensor<5x4xf32> } }")
+    program = trnsim.compile(text, cache=False)
+    (step,) = program.plan.steps
+    assert step.kernel == "generated_dma"
+    layout = dmagen.layout_for(program.graph.nodes[step.nodes[0]])
+    assert layout is not None and layout.shape == (3, 4) and layout.others == ((2, 4),)
+    a, b = np.arange(12, dtype=np.float32).reshape(3, 4), -np.arange(8, dtype=np.float32).reshape(2, 4)
+    moved = trnsim.run_kernel(dmagen._kernel(), a, b, layout=layout).outputs[0]  # pyright: ignore[reportPrivateUsage]
+    np.testing.assert_array_equal(moved, np.concatenate([a, b]))
+    np.testing.assert_array_equal(program.run(np.zeros((0, 4), np.float32), a, b)[0], np.concatenate([a, b]))
+
+
 @pytest.mark.parametrize("shape", [(1, 64, 8192), (2, 3, 70000)])
 def test_a_fill_keeps_each_dma_within_an_access_patterns_free_sizes(shape: tuple[int, ...]) -> None:
     layout = dmagen.Layout("fill", shape, "fp32", value=-2.0)    # inner runs of 524288 and 70000 elements

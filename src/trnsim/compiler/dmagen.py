@@ -83,6 +83,14 @@ class Layout:
 def layout_for(node: Node) -> Layout | None:
     """The generated form of a transpose, slice, reverse, pad or concatenate node, or None (other ops, dtypes
     or 0-d tensors)."""
+    if node.op == "concatenate":   # of its non-empty inputs (an empty one adds nothing: JAX emits such)
+        parts = [v.type for v in node.inputs if v.type.size]
+        first = parts[0] if parts else None
+        if first is None or first.rank == 0 or first.dtype not in LAYOUT_DTYPE or len(parts) > MAX_INPUTS or \
+                any(p.dtype != first.dtype for p in parts):
+            return None
+        return Layout("concatenate", first.shape, LAYOUT_DTYPE[first.dtype],
+                      others=tuple(p.shape for p in parts[1:]), axis=int(node.attrs["dimension"]))
     x = node.inputs[0].type if node.inputs else None
     if x is None or x.rank == 0 or x.dtype not in LAYOUT_DTYPE or x.size == 0:
         return None
@@ -108,10 +116,6 @@ def layout_for(node: Node) -> Layout | None:
         return _dynamic_slice_for(node)
     if node.op == "dynamic_update_slice":
         return _dynamic_update_slice_for(node)
-    if node.op == "concatenate" and 1 < len(node.inputs) <= MAX_INPUTS and \
-            all(v.type.dtype == x.dtype for v in node.inputs):
-        return Layout("concatenate", x.shape, LAYOUT_DTYPE[x.dtype],
-                      others=tuple(v.type.shape for v in node.inputs[1:]), axis=int(node.attrs["dimension"]))
     return None
 
 
