@@ -63,11 +63,12 @@ def test_products_compute_the_group(rows: int, cols: int, axes: tuple[int, ...],
 
 
 @pytest.mark.parametrize("dtype", [np.int8, np.int16, np.uint16, np.int32])
-def test_integer_products_keep_the_analytic_cost(dtype: type) -> None:
-    """StableHLO wraps an integer product in its type; the kernel's fp32 product gives that only below 2**24."""
+def test_integer_products_are_the_exact_integer_kernel(dtype: type) -> None:
+    """StableHLO wraps an integer product in its type; the tile recipe's fp32 product gives that only below
+    2**24, so integer products are ``compiler.intreduce``'s (byte limbs, exact)."""
     x = np.ones((4, 8), dtype)
     program = _compile(lambda x: jnp.prod(x, axis=0, dtype=x.dtype), x)
-    assert [s.kernel for s in program.plan.steps] == ["fused_elementwise"]
+    assert [s.kernel for s in program.plan.steps] == ["int_reduce"]
 
 
 def _analytic(path: Path, monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:

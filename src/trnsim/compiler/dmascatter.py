@@ -37,13 +37,14 @@ here as for ``Pick``.
 
 The combine (``COMBINE``, by combiner and ``KIND`` of dtype) is exact and wraps integers as StableHLO does,
 though VectorE computes in fp32 (integers exact below 2**24; §1.5: "integer inputs are computed in FP32"):
-8- and 16-bit integer add and 8-bit multiply are made exactly in int32, then their low bits kept
-(``_wrapped``); 32-bit integers are split as the pool and top-k kernels split them, into two exact 16-bit
-halves, for add (a carry from the low halves' sum, ``_split_add``) and max/min (the difference of the high
-halves, signed or unsigned, times 2**16 plus that of the low ones, whose fp32 rounding keeps the sign of
-``b - a``: ``_split_pick``); 16- and 32-bit multiply is schoolbook over byte limbs whose column sums stay below
-2**19 (``_limb_mul``). The bitwise ops (``and``/``or``/``shl``/``shr``; NKI's bitwise operators, §2.4) act on
-exact integers (``isa.ops.ALU_OPS``). The step keeps the analytic cost (``None``) for 64-bit operands (no
+the combiners of ``compiler.intmath`` (``ARITH``), shared with ``compiler.intreduce``: 8- and 16-bit integer
+add and 8-bit multiply made exactly in int32, then their low bits kept (``intmath.wrapped``); 32-bit integers
+split into two exact 16-bit halves, as the pool and top-k kernels split them, for add (a carry from the low
+halves' sum, ``intmath.split_add``) and max/min (the difference of the high halves, signed or unsigned, times
+2**16 plus that of the low ones, whose fp32 rounding keeps the sign of ``b - a``: ``intmath.split_pick``);
+16- and 32-bit multiply schoolbook over byte limbs whose column sums stay below 2**19 (``intmath.limb_mul``).
+The bitwise ops (``and``/``or``/``shl``/``shr``; NKI's bitwise operators, §2.4) act on exact integers
+(``isa.ops.ALU_OPS``). The step keeps the analytic cost (``None``) for 64-bit operands (no
 64-bit datapath), variadic or non-simple combiners, dtypes the DMA does not move, more than ``MAX_PICK_TILES``
 tiles and operands of ``EXACT`` elements or more.
 """
@@ -69,17 +70,10 @@ from trnsim.compiler.dmaindex import (
     WIDE_INDEX_DTYPES,
     LayoutTime,
 )
+from trnsim.compiler.intmath import ARITH, KIND, WORD32, Combine
 from trnsim.ir.graph import Node
 
 COMBINERS: dict[str, str] = {"add": "add", "maximum": "max", "minimum": "min", "multiply": "mul"}
-# the operand dtypes by how the kernel combines them (``COMBINE``): floats in the fp32 ALU; 8- and 16-bit
-# integers are exact in fp32; 32-bit ones are not above 2**24 (isa.ops: VectorE computes in fp32)
-KIND: dict[str, str] = {"fp32": "float", "bf16": "float", "fp16": "float", "int8": "byte", "uint8": "byte",
-                        "int16": "short", "uint16": "short", "int32": "word", "uint32": "word"}
-UNSIGNED_TWIN: dict[str, str] = {"int8": "uint8", "uint8": "uint8", "int16": "uint16", "uint16": "uint16",
-                                 "int32": "uint32", "uint32": "uint32"}
-BITS: dict[str, int] = {"int8": 8, "uint8": 8, "int16": 16, "uint16": 16, "int32": 32, "uint32": 32}
-WORD32 = ("int32", "uint32")                            # moved exactly by DMA, not by an fp32 select
 
 
 @dataclass(frozen=True)
@@ -352,123 +346,10 @@ def _replace(old: Any, values: Any, valid: Any, op: str, dt: str) -> tuple[Any, 
     return values, valid
 
 
-def _alu(old: Any, values: Any, valid: Any, op: str, dt: str) -> tuple[Any, Any]:
-    """One fp32 ALU op rounded once to ``dt``: float add/mul, max/min of 8- and 16-bit integers (exact)."""
-    from trnsim import dsl
-
-    return dsl.tensor_tensor(old, values, op), valid
-
-
-def _ieee(old: Any, values: Any, valid: Any, op: str, dt: str) -> tuple[Any, Any]:
-    """Float max/min, following IEEE-754 on signed zeros as the interpreter does (max of -0 and +0 is +0, min
-    is -0), whatever the ALU returns on ties: where the result is a zero, max adds the two orders' results
-    (``+0`` unless both are ``-0``) and min negates the sum of their negations."""
-    from trnsim import dsl
-
-    first = dsl.tensor_tensor(old, values, op)
-    second = dsl.tensor_tensor(values, old, op)
-    if op == "max":
-        zero = dsl.tensor_scalar(first, "add", second)
-    else:
-        zero = dsl.tensor_scalar(dsl.tensor_scalar(first, "mul", -1.0, "sub", second), "mul", -1.0)
-    return dsl.where(dsl.tensor_scalar(first, "eq", 0.0, dtype="fp32"), zero, first), valid
-
-
-def _wrapped(old: Any, values: Any, valid: Any, op: str, dt: str) -> tuple[Any, Any]:
-    """Add of 8- and 16-bit integers, multiply of 8-bit ones, wrapped as StableHLO's: made exactly in int32
-    through the fp32 ALU (a 16-bit sum is below 2**17, an 8-bit product below 2**16), then the low bits kept by
-    an ``and`` into the unsigned twin."""
-    from trnsim import dsl
-
-    exact = dsl.tensor_tensor(old, values, op, dtype="int32")
-    twin = UNSIGNED_TWIN[dt]
-    low = dsl.tensor_scalar(exact, "and", float((1 << BITS[dt]) - 1), dtype=twin)
-    return (low if twin == dt else low.bitcast(dt)), valid
-
-
-def _split_add(old: Any, values: Any, valid: Any, op: str, dt: str) -> tuple[Any, Any]:
-    """32-bit integer add, wrapped mod 2**32, as two exact 16-bit halves (the pool and top-k kernels' split,
-    ``kernels.pool_grad``): each step is an exact integer below 2**24 or a bitwise op on exact integers
-    (isa.ops.ALU_OPS), where one fp32 add of the words would round above 2**24 (neuron.md §1.5: integers are
-    computed in FP32)::
-
-        lo  = (a & 0xFFFF) + (b & 0xFFFF)                 < 2**17
-        hi  = (a >> 16) + (b >> 16) + (lo >> 16)          |hi| < 2**17 (halves signed for int32, the carry ≤ 1)
-        out = ((hi & 0xFFFF) << 16) | (lo & 0xFFFF)       as uint32, bit-cast to ``dt``
-    """
-    from trnsim import dsl
-
-    low_a = dsl.tensor_scalar(old, "and", 65535.0, dtype="int32")
-    lo = dsl.tensor_scalar(values, "and", 65535.0, "add", low_a, dtype="int32")
-    high_a = dsl.tensor_scalar(old, "shr", 16.0, dtype="int32")
-    high = dsl.tensor_scalar(values, "shr", 16.0, "add", high_a, dtype="int32")
-    hi = dsl.tensor_scalar(lo, "shr", 16.0, "add", high, dtype="int32")
-    top = dsl.tensor_scalar(hi, "and", 65535.0, "shl", 16.0, dtype="uint32")
-    out = dsl.tensor_scalar(lo, "and", 65535.0, "or", top, dtype="uint32")
-    return (out if dt == "uint32" else out.bitcast(dt)), valid
-
-
-def _split_pick(old: Any, values: Any, valid: Any, op: str, dt: str) -> tuple[Any, Any]:
-    """32-bit integer max/min as the update where it wins, compared by halves (the shift is arithmetic on the
-    signed value, isa.ops: int32's high half is signed, uint32's unsigned; the low halves are unsigned)::
-
-        h   = (b >> 16) - (a >> 16)               |h| < 2**16, exact (h · 2**16 too)
-        l   = (b & 0xFFFF) - (a & 0xFFFF)         |l| < 2**16, exact
-        d   = h · 2**16 + l                       b - a rounded once to fp32: h · 2**16 is exact, and the
-                                                  rounding of a non-zero integer keeps its sign
-        pick = (d > 0) · valid                    (d < 0 for min); ties keep ``old``, the same bits
-    """
-    from trnsim import dsl
-
-    high_a = dsl.tensor_scalar(old, "shr", 16.0, dtype="int32")
-    low_a = dsl.tensor_scalar(old, "and", 65535.0, dtype="int32")
-    h = dsl.tensor_scalar(values, "shr", 16.0, "sub", high_a, dtype="fp32")
-    low = dsl.tensor_scalar(values, "and", 65535.0, "sub", low_a, dtype="fp32")
-    d = dsl.tensor_scalar(h, "mul", 65536.0, "add", low, dtype="fp32")
-    return values, dsl.tensor_scalar(d, "gt" if op == "max" else "lt", 0.0, "mul", valid, dtype="fp32")
-
-
-def _limb_mul(old: Any, values: Any, valid: Any, op: str, dt: str) -> tuple[Any, Any]:
-    """16- and 32-bit integer multiply, wrapped mod 2**N, as ``n = N / 8`` byte limbs (schoolbook, the columns
-    of weight 2**(8k) ≥ 2**N dropped), every partial sum an exact integer below 2**24 in the fp32 ALU::
-
-        a_i = (a >> 8i) & 0xFF,  b_j = (b >> 8j) & 0xFF        (the top limb's bits of a signed value too)
-        c_k = Σ_{i+j=k} a_i · b_j                            ≤ 4 · 255² < 2**18
-        r_0 = c_0,  r_k = c_k + (r_{k-1} >> 8)               < 2**19
-        out = Σ_k (r_k & 0xFF) << 8k                          as the unsigned twin, bit-cast to ``dt``
-    """
-    from trnsim import dsl
-
-    n = BITS[dt] // 8
-    limbs = [[dsl.tensor_scalar(x, "shr", 8.0 * i, "and", 255.0, dtype="int32") if i else
-              dsl.tensor_scalar(x, "and", 255.0, dtype="int32") for i in range(n)] for x in (old, values)]
-    twin = UNSIGNED_TWIN[dt]
-    out, carry = None, None
-    for k in range(n):
-        column = carry
-        for i in range(k + 1):
-            a, b = limbs[0][i], limbs[1][k - i]
-            column = dsl.tensor_tensor(a, b, "mul", dtype="int32") if column is None else \
-                dsl.tensor_scalar(a, "mul", b, "add", column, dtype="int32")
-        assert column is not None
-        byte = dsl.tensor_scalar(column, "and", 255.0, "shl", 8.0 * k, dtype=twin)
-        out = byte if out is None else dsl.tensor_tensor(out, byte, "or")
-        if k + 1 < n:
-            carry = dsl.tensor_scalar(column, "shr", 8.0, dtype="int32")
-    assert out is not None
-    return (out if twin == dt else out.bitcast(dt)), valid
-
-
-Combine = Callable[[Any, Any, Any, str, str], tuple[Any, Any]]
 # (combiner, KIND) → how a read-modify-write tile combines its updates with the old values, ``(new, valid)``
-# (``valid``: where ``new`` is written); a pair not here keeps the analytic cost
+# (``valid``: where ``new`` is written; ``intmath.ARITH``'s exact combiners); a pair not here keeps the analytic cost
 COMBINE: dict[tuple[str, str], Combine] = {
-    **{("replace", kind): _replace for kind in ("float", "byte", "short", "word")},
-    ("add", "float"): _alu, ("mul", "float"): _alu, ("max", "float"): _ieee, ("min", "float"): _ieee,
-    ("add", "byte"): _wrapped, ("add", "short"): _wrapped, ("mul", "byte"): _wrapped,
-    ("max", "byte"): _alu, ("min", "byte"): _alu, ("max", "short"): _alu, ("min", "short"): _alu,
-    ("add", "word"): _split_add, ("max", "word"): _split_pick, ("min", "word"): _split_pick,
-    ("mul", "short"): _limb_mul, ("mul", "word"): _limb_mul,
+    **{("replace", kind): _replace for kind in ("float", "byte", "short", "word")}, **ARITH,
 }
 
 

@@ -43,6 +43,12 @@ class TileTime:
     by_engine: dict[str, int] = field(default_factory=dict[str, int])
     hbm_bytes: int = 0
 
+    def charge(self, cost: Any) -> None:
+        """Set a step's cost (``costs.StepCost``) from this run: engines, instructions, time, HBM traffic."""
+        cost.busy, cost.instructions = dict(self.busy), dict(self.by_engine)
+        cost.min_seconds = self.seconds
+        cost.dma_bytes = self.hbm_bytes
+
 
 COMPUTE_ENGINES = ("tensor", "vector", "scalar", "gpsimd")
 
@@ -204,12 +210,13 @@ def _summary(profile: object) -> KernelTime:
 def clear_memo() -> None:
     """Forget every timed kernel and its trace: the next compile times its matmuls as a new process would
     (benchmarks use this to measure a cold compile honestly)."""
-    from trnsim.compiler import convgen, dmagen, dmascatter, poolgen, selection, tilegen
+    from trnsim.compiler import convgen, dmagen, dmascatter, intreduce, poolgen, selection, tilegen
     from trnsim.kernels.gemm import matmul_kernel
 
     tilegen.clear_memo()
     dmagen.clear_memo()
     dmascatter.clear_memo()
+    intreduce.clear_memo()
     convgen.clear_memo()
     poolgen.clear_memo()
     selection.clear_memo()

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from functools import partial
 from typing import Any, TypeVar
 
-from trnsim.compiler import convgen, costs, dmagen, dmaindex, dmascatter, poolgen, selection, tilegen
+from trnsim.compiler import convgen, costs, dmagen, dmaindex, dmascatter, intreduce, poolgen, selection, tilegen
 from trnsim.compiler.fusion import fuse
 from trnsim.compiler.pipeline import PassContext
 from trnsim.errors import CompileError, UnsupportedError
@@ -204,6 +204,12 @@ def plan_graph(graph: Graph, ctx: PassContext, machine: costs.Machine) -> Plan:
             cost.dma_seconds = kernel_seconds = filled.seconds
             cost.instructions = dict(filled.by_engine)
             kernel_name = "generated_dma"
+        elif len(members) == 1 and (form := intreduce.int_reduce_for(head)) is not None and \
+                (reduced := _kernel_or_none(partial(intreduce.int_reduce_time, machine.target, form), ctx,
+                                            "int_reduce_fallbacks")) is not None:
+            # an integer product or 32-bit window reduction, wrapped as StableHLO's: exact halves and byte limbs
+            reduced.charge(cost)
+            kernel_seconds, kernel_name = reduced.seconds, "int_reduce"
         elif kind == "fused":
             costs.fused_cost(machine, members, cost, list(external.values()), outputs)
             recipe = tilegen.recipe_for(members, list(external.values()), outputs)
@@ -226,7 +232,7 @@ def plan_graph(graph: Graph, ctx: PassContext, machine: costs.Machine) -> Plan:
                 (pooled := _kernel_or_none(partial(poolgen.pool_time, machine.target, window), ctx,
                                            "pool_fallbacks")) is not None:
             # a window reduction or max-pool gradient the library's pool kernels compute, timed by the model
-            poolgen.pool_cost(pooled, cost)
+            pooled.charge(cost)
             kernel_seconds, kernel_name = pooled.seconds, "pool"
         elif kind == "control":
             for region in members[0].regions:

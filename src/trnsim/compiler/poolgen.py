@@ -33,7 +33,6 @@ from typing import Any
 
 import numpy as np
 
-from trnsim.compiler.costs import StepCost
 from trnsim.compiler.kernel_timing import TileTime, extrapolate, linear_fit, time_kernel
 from trnsim.dsl.errors import KernelError
 from trnsim.ir.graph import Graph, Node, Value
@@ -253,13 +252,6 @@ def _timed(target: str, pool: Pool) -> TileTime:
     source: Any = trnsim.TensorSpec((n * pool.depth.out, oh, ow, c), pool.dtype)
     return time_kernel(pool_grad_kernel, spec, source, target=target, size=pool.size, stride=pool.stride,
                        pad=pool.pad, select=pool.select, init=pool.init or 0.0, rows=pool.rows, depth=pool.depth)
-
-
-def pool_cost(timed: TileTime, cost: StepCost) -> None:
-    """A pooling step's cost from its kernel's timed run: engines, instructions, HBM traffic."""
-    cost.busy, cost.instructions = dict(timed.busy), dict(timed.by_engine)
-    cost.min_seconds = timed.seconds
-    cost.dma_bytes = timed.hbm_bytes
 
 
 def clear_memo() -> None:
