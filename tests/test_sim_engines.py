@@ -229,3 +229,23 @@ def test_scalar_engine_maths_round_the_exact_function_once(func: str) -> None:
     np.testing.assert_array_equal(np.signbit(out)[signed], np.signbit(want)[signed])   # sin(-0) = -0, ...
     default = run1("scalar", Activation(dst, src, func), {"x": (x, src)}, dst)[0]
     assert np.signbit(default[1]) == np.signbit(_math_f64(func, 0.0))   # f(+0) for the input -0
+
+
+@pytest.mark.parametrize("func", ["exp", "log", "tanh", "sqrt", "square", "abs", "neg", "sin", "log1p", "cbrt"])
+def test_activation_ufuncs_round_their_float64_value_once(func: str) -> None:
+    """A ufunc activation runs in numpy's buffered float64 loop (``isa.ops._act``): bit for bit the float64
+    value rounded once to fp32, on a tile longer than a buffer, with edge values and NaN payloads."""
+    from trnsim.isa.ops import ACTIVATIONS
+
+    rng = np.random.default_rng(4)
+    bits = rng.integers(0, 2**32, 20_000, dtype=np.uint64).astype(np.uint32)
+    x = np.concatenate([bits.view(np.float32), np.float32([0.0, -0.0, np.inf, -np.inf, 1e-45, 88.7, 89.0]),
+                        rng.standard_normal(10_000).astype(np.float32)]).reshape(1, -1)
+    fn = getattr(np, {"neg": "negative"}.get(func, func))
+    with np.errstate(all="ignore"):
+        want = fn(x.astype(np.float64)).astype(np.float32)
+    got = ACTIVATIONS[func](x)
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+    inplace = x.copy()
+    ACTIVATIONS[func](inplace, out=inplace)
+    assert np.array_equal(inplace.view(np.uint32), want.view(np.uint32))

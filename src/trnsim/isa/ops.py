@@ -115,14 +115,18 @@ ACT_CHUNK = 8192  # elements per float64 pass of an activation: the temporary st
 
 def _act(fn: Callable[[NDArray[np.float64]], Any]) -> ActivationFn:
     """Evaluate in float64 and round once to float32: the reference for ScalarE's function units. Every
-    function is elementwise, so it runs over ``ACT_CHUNK`` elements at a time (a ufunc in place on the
-    widened chunk): the same values as one pass, without a float64 copy of the whole tile, whose fresh pages
-    cost more than the function (a [128, 1024] tile's exp: 1.0 ms in one pass, 0.2 ms in chunks)."""
+    function is elementwise: a ufunc on fp32 runs in numpy's buffered loop (``dtype=float64``: widened,
+    evaluated and rounded a buffer at a time, the same bits), the others over ``ACT_CHUNK`` elements at a
+    time: the same values as one pass, without a float64 copy of the whole tile, whose fresh pages cost more
+    than the function (a [128, 1024] tile's exp: 1.0 ms in one pass, 0.2 ms in chunks)."""
     def apply(x: F32, out: F32 | None = None) -> F32:
         """``fn(x)`` as fp32, into ``out`` if given (contiguous fp32 of ``x``'s shape; ``x`` itself allowed)."""
         flat = np.asarray(x).reshape(-1)
         res = np.empty(flat.shape, dtype=np.float32) if out is None else out.reshape(-1)
         with np.errstate(all="ignore"):
+            if isinstance(fn, np.ufunc) and flat.dtype == np.float32:  # numpy's own buffered loop: the same
+                fn(flat, out=res, dtype=np.float64, casting="same_kind")  # widen, evaluate, round; no Python loop
+                return res.reshape(np.shape(x))
             for i in range(0, flat.size, ACT_CHUNK):
                 wide = flat[i : i + ACT_CHUNK].astype(np.float64)
                 res[i : i + ACT_CHUNK] = fn(wide, out=wide) if isinstance(fn, np.ufunc) else fn(wide)
