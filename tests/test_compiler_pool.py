@@ -234,3 +234,46 @@ def test_32_bit_integer_select_and_scatter(dtype: Any, window: int, stride: int)
     program = trnsim.compile(jax.jit(grad).lower(*args), cache=False)
     (step,) = _pool_steps(program)
     assert step.kernel == "pool"
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_cumlogsumexp_is_the_pool_kernel_bit_for_bit(reverse: bool) -> None:
+    """``lax.cumlogsumexp``'s window body, ``jnp.logaddexp`` as JAX writes it, is the pool kernel's
+    ``logaddexp`` op (f32): the kernel, run with data, gives the interpreter's bits, infinities, NaN and -0
+    included."""
+    from trnsim.kernels.pool import pool_kernel
+
+    rng = np.random.default_rng(8)
+    x = (rng.standard_normal((40, 7)) * 30).astype(np.float32)
+    x[0, 0], x[1, 1], x[2, 2], x[3, 3], x[4, 4] = -np.inf, np.inf, np.nan, -0.0, 0.0
+    x[:, 5], x[7:, 6] = np.inf, -np.inf
+
+    def f(x: jax.Array) -> jax.Array:
+        return jax.lax.cumlogsumexp(x, axis=0, reverse=reverse)
+
+    program = trnsim.compile(jax.jit(f).lower(x), cache=False)
+    (step,) = _pool_steps(program)
+    assert step.kernel == "pool"
+    pool = poolgen.pool_for(program.graph.nodes[step.nodes[0]])
+    assert pool is not None and pool.op == "logaddexp"
+    want = program.run(x)[0]
+    np.testing.assert_allclose(want, np.asarray(f(x)), rtol=4e-7, atol=0)   # the interpreter, as JAX's
+    got = trnsim.run_kernel(pool_kernel, x.reshape(pool.shape), size=pool.size, stride=pool.stride, pad=pool.pad,
+                            dilation=pool.dilation, op=pool.op, init=pool.init).outputs[0]
+    assert np.array_equal(got.reshape(want.shape).view(np.uint32), want.view(np.uint32))
+
+
+def test_a_logaddexp_lookalike_and_narrow_floats_keep_the_analytic_cost() -> None:
+    """Only JAX's logaddexp body on f32 is the kernel's op: a body that differs (no NaN guard) and a bf16
+    cumlogsumexp (whose ops round to bf16 one by one) are not."""
+    def body(a: jax.Array, b: jax.Array) -> jax.Array:
+        return jnp.maximum(a, b) + jnp.log1p(jnp.exp(-jnp.abs(a - b)))
+
+    x = np.ones((6, 3), np.float32)
+    lookalike = trnsim.compile(jax.jit(lambda x: jax.lax.reduce_window(
+        x, -jnp.inf, body, (6, 1), (1, 1), ((5, 0), (0, 0)))).lower(x), cache=False)
+    narrow = trnsim.compile(jax.jit(lambda x: jax.lax.cumlogsumexp(x, axis=0)).lower(x.astype(jnp.bfloat16)),
+                            cache=False)
+    for program in (lookalike, narrow):
+        node = next(n for n in program.graph.nodes if n.op == "reduce_window")
+        assert poolgen.pool_for(node) is None

@@ -102,6 +102,42 @@ def _window(node: Node, x: Value, dilation: list[int]) -> Any:
     return canonical(tuple(x.type.shape), size, stride, pad, dilation)
 
 
+def logaddexp(region: Graph) -> bool:
+    """Whether ``region`` is ``jnp.logaddexp(a, b)`` as JAX writes it (``lax.cumlogsumexp``'s body)::
+
+        d = a - b;  m = max(a, b)
+        return select(d != d, a + b, m + log1p(exp(-|d|)))
+
+    (sums in either operand order): the pool kernel's ``logaddexp`` op, the same ops in the same order."""
+    if len(region.params) != 2 or len(region.results) != 1 or len(region.nodes) != 10:
+        return False
+    a, b = (v.id for v in region.params)
+
+    def node(v: Value | None, op: str) -> Node | None:
+        n = v.producer if v is not None else None
+        return n if n is not None and n.op == op and n in region.nodes else None
+
+    def args(n: Node | None) -> list[int]:
+        return [v.id for v in n.inputs] if n is not None else []
+
+    pick = node(region.results[0], "select")
+    if pick is None:
+        return False
+    cmp, on_nan, finite = (node(pick.inputs[0], "compare"), node(pick.inputs[1], "add"),
+                           node(pick.inputs[2], "add"))
+    diff = node(cmp.inputs[0], "subtract") if cmp is not None else None
+    if (cmp is None or diff is None or cmp.attrs.get("comparison_direction") != "NE" or args(cmp) != [diff.out.id] * 2
+            or args(diff) != [a, b] or sorted(args(on_nan)) != sorted([a, b]) or finite is None):
+        return False
+    high = next((node(v, "maximum") for v in finite.inputs if node(v, "maximum") is not None), None)
+    log = next((node(v, "log_plus_one") for v in finite.inputs if node(v, "log_plus_one") is not None), None)
+    exp = node(log.inputs[0], "exponential") if log is not None else None
+    neg = node(exp.inputs[0], "negate") if exp is not None else None
+    mag = node(neg.inputs[0], "abs") if neg is not None else None
+    return (high is not None and sorted(args(high)) == sorted([a, b]) and mag is not None
+            and args(mag) == [diff.out.id])
+
+
 def _compare(region: Graph, dtype: str) -> str | None:
     """The direction of a select region that is one ``compare`` of its arguments in order, of the type for
     ``dtype`` (``COMPARE_TYPE``)."""
@@ -139,6 +175,8 @@ def _pool(node: Node) -> Pool | None:
 
     x, init_v = node.inputs
     op = REDUCE_OP.get(simple_combiner(node.regions[0]) or "")
+    if op is None and x.type.dtype == "f32" and logaddexp(node.regions[0]):
+        op = "logaddexp"                 # (f32 only: each op of a narrower body rounds to its type)
     init = _scalar_constant(init_v)
     rank = len(x.type.shape)
     base = [int(d) for d in node.attrs.get("base_dilations") or [1] * rank]

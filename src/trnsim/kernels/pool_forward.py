@@ -44,7 +44,8 @@ def forward_plan(win: Window, dtype: str, op: str, pmax: int, start: int = 0, ga
     tile the window's planes stacked along the rows; ``gather``: ``pool_gather_kernel``'s (a tangent tile
     of ``x``'s size loaded too, and a maximum, a hit and a result tile)."""
     oh, ow = win.out
-    acc = itemsize(sum_dtype(dtype) if op == "add" else dtype) * (3 if gather else 1)
+    # an accumulator a band (gather: 3; logaddexp: 5, its temporaries)
+    acc = itemsize(sum_dtype(dtype) if op == "add" else dtype) * (3 if gather else 5 if op == "logaddexp" else 1)
 
     def loaded(r: int, q: int) -> int:
         rows, cols = _forward_span(win, r, q)
@@ -61,7 +62,8 @@ def pool_kernel(x: Tensor, *, size: Pair, stride: Pair = (1, 1), pad: tuple[Pair
     """``out[n, oy, ox, c] = scale · op(init, x̂[n, oy·sh + ky·dh, ox·sw + kx·dw, c] for (ky, kx) in the
     window)`` for ``x [N, H, W, C]``, ``x̂`` padded with ``init`` (default: ``op``'s identity), ``op`` in
     ``max``, ``min``, ``add``, ``mul`` (combined in window order; sums and products of floats in fp32, as
-    StableHLO's reference computes narrow floats), rounded once to ``out_dtype``.
+    StableHLO's reference computes narrow floats), rounded once to ``out_dtype``, or ``logaddexp`` (fp32:
+    ``jnp.logaddexp``'s ops in its order, from the init, ``logaddexp``; ``lax.cumlogsumexp``'s window).
     With a ``depth`` window over ``D`` planes, ``x`` is ``[N·D, H, W, C]``, ``out`` ``[N·OD, OH, OW, C]``
     and the window's taps ``(kd, ky, kx)`` (plane ``od·sd + kd·dd``) in that order.
     ``rows``: the band height to start from (``plan_bands``; 0: ``start_rows``)."""
@@ -73,6 +75,8 @@ def pool_kernel(x: Tensor, *, size: Pair, stride: Pair = (1, 1), pad: tuple[Pair
     oh, ow = win.out
     if op == "mul" and x.dtype not in ("fp32", "bf16", "fp16"):
         fail(f"a {x.dtype} product", "multiply floats: StableHLO wraps integer products, which fp32 does not")
+    if op == "logaddexp" and (x.dtype != "fp32" or (out_dtype or x.dtype) != "fp32" or scale != 1.0):
+        fail(f"a {x.dtype} logaddexp window", "logaddexp windows run on fp32, unscaled")
     acc_dtype = sum_dtype(x.dtype) if op in ("add", "mul") else x.dtype
     wraps = op == "add" and x.dtype in WRAP
     if wraps and (scale != 1.0 or depth.size * math.prod(size) + 1 > MAX_INT_TERMS):
@@ -84,7 +88,11 @@ def pool_kernel(x: Tensor, *, size: Pair, stride: Pair = (1, 1), pad: tuple[Pair
     tiles = prefetch([partial(fw.load, x, fill, *w) for w in fw.work], fw.plan.depth)
     for (q, p0, pn, c0, cc), tile in zip(fw.work, tiles, strict=True):
         views = fw.taps(tile, pn)
-        if fill != IDENTITY[op]:        # init first, as the reference folds it: exact sums
+        if op == "logaddexp":            # from the init, as the reference folds it (its -inf turns -0 into +0)
+            acc, rest = dsl.full(views[0].shape, fill), []
+            for v in views:
+                logaddexp(acc, v)
+        elif fill != IDENTITY[op]:        # init first, as the reference folds it: exact sums
             acc, rest = dsl.tensor_scalar(views[0], op, fill, dtype=acc_dtype), views[1:]
         elif len(views) == 1:
             acc, rest = dsl.copy(views[0], dtype=acc_dtype), []
@@ -98,6 +106,20 @@ def pool_kernel(x: Tensor, *, size: Pair, stride: Pair = (1, 1), pad: tuple[Pair
             acc = wrap_sums(acc, out_dtype or x.dtype)
         fw.store(out[:, :, :, c0 : c0 + cc], acc, q, p0, pn)
     return out
+
+
+def logaddexp(acc: Tensor, v: Tensor) -> None:
+    """``acc = log(exp(acc) + exp(v))`` in place, as ``jnp.logaddexp`` computes it, op for op (each rounded to
+    fp32 once, the exp and log1p on ScalarE): ``select(d != d, acc + v, max(acc, v) + log1p(exp(-|d|)))``
+    with ``d = acc - v`` (NaN where both are the same infinity, or either is NaN)."""
+    d = dsl.tensor_tensor(acc, v, "sub")
+    nan = dsl.tensor_tensor(d, d, "ne")
+    total = dsl.tensor_tensor(acc, v, "add")
+    high = dsl.tensor_tensor(acc, v, "max")
+    tail = dsl.activation("exp", dsl.tensor_scalar(d, "abs_max", 0.0), scale=-1.0)
+    dsl.activation("log1p", tail, out=tail)
+    dsl.tensor_tensor(high, tail, "add", out=high)
+    dsl.where(nan, total, high, out=acc)
 
 
 class _Forward:

@@ -22,7 +22,7 @@ from trnsim.dsl import Tensor
 from trnsim.dsl.errors import fail
 
 Pair = tuple[int, int]
-IDENTITY = {"max": float("-inf"), "min": float("inf"), "add": 0.0, "mul": 1.0}
+IDENTITY = {"max": float("-inf"), "min": float("inf"), "add": 0.0, "mul": 1.0, "logaddexp": float("-inf")}
 SELECT: dict[str, tuple[str, bool]] = {  # select comparison → (the reduction its winner attains, walk backwards)
     "GE": ("max", False), "GT": ("max", True), "LE": ("min", False), "LT": ("min", True),
 }
