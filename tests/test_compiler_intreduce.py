@@ -135,6 +135,16 @@ def test_other_window_and_init_forms(fn: Fn, shape: tuple[int, ...], dtype: Any)
     _check(fn, shape, dtype, seed=11)
 
 
+@pytest.mark.parametrize("shape,axis", [((1, 3), 0), ((3, 1, 4), 1), ((5, 1), 1), ((1,), 0), ((2, 1, 1, 4), 2)])
+def test_a_window_along_a_size_one_axis_keeps_the_axes_around_it(shape: tuple[int, ...], axis: int) -> None:
+    """A size-1 windowed axis whose padding makes the windows stays between the kept axes around it (a fuzzer
+    found it moved last, which transposed the result when kept axes followed it)."""
+    size, pads = [1] * len(shape), [(0, 0)] * len(shape)
+    size[axis], pads[axis] = 2, (1, 1)
+    _check(lambda x: jax.lax.reduce_window(x, np.int32(0), jax.lax.add, tuple(size), (1,) * len(shape), pads),
+           shape, np.int32, seed=5)
+
+
 def test_the_program_verifies() -> None:
     x = _values((8, 9), np.uint32, 0)
     _, node = _graph(lambda v: jnp.cumprod(v, axis=0, dtype=v.dtype), x)

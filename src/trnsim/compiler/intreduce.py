@@ -257,8 +257,10 @@ def _reduce_window(node: Node) -> IntReduce | None:
     if x.type.shape[d] + lo + hi < size[d] or x.type.size == 0:
         return None
     shape, axes = _merged(tuple(x.type.shape), [i == d for i in range(rank)])
-    if not axes:                        # the windowed axis has size 1 (padding makes the window)
-        shape, axes = (*shape, 1), (len(shape),)
+    if not axes:                        # the windowed axis has size 1 (padding makes the window): kept where it
+        before, after = prod(x.type.shape[:d]), prod(x.type.shape[d + 1:])   # is, between the axes around it
+        shape = (*((before,) if before > 1 else ()), 1, *((after,) if after > 1 else ()))
+        axes = (int(before > 1),)
     return IntReduce(op, dtype, shape, axes, init, (size[d], stride[d], lo, hi))
 
 
