@@ -194,6 +194,7 @@ def test_random_scatters_match_the_interpreter_bit_for_bit(form: dict[str, Any],
     upd = _values(data.draw, form["dtype"], form["upd_shape"])
     idx = _indices(data.draw, form)
     (want,) = Interpreter().run(graph, [x, idx, upd])
+    assert plan is not None
     assert_same(run_scatter(plan, x, idx, upd), np.asarray(want))
 
 
