@@ -281,7 +281,7 @@ def small_sbuf(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
     """Bands of a few hundred bytes: rows, then columns, then channels are cut (traces cached per budget)."""
     def clear() -> None:
         for kernel in (pool_module.pool_kernel, pool_module.pool_grad_kernel):
-            kernel._cache.clear()  # pyright: ignore[reportPrivateUsage]
+            kernel.forget_traces()
 
     clear()
     monkeypatch.setattr(pool_bands, "BAND_BYTES", 600)

@@ -197,6 +197,4 @@ def clear_memo() -> None:
     from trnsim.kernels.conv import conv_kernel
 
     _timed.cache_clear()
-    cache = getattr(conv_kernel, "_cache", None)
-    if isinstance(cache, dict):
-        cache.clear()
+    conv_kernel.forget_traces()

@@ -44,6 +44,7 @@ from trnsim.compiler.dmaindex import (
     scatter_update,
     start_words,
 )
+from trnsim.compiler.kernel_timing import OnDemand
 from trnsim.ir.graph import Node, Value
 from trnsim.isa.dtypes import get_dtype
 
@@ -403,7 +404,7 @@ def _fill(view: Any, constant: Any, copy: Any, spread: bool = True) -> None:
 
 
 
-_KERNEL: list[Any] = []
+_KERNEL = OnDemand(lambda: _kernel())
 
 
 
@@ -444,14 +445,11 @@ def layout_specs(layout: Layout) -> list[Any]:
 def _timed(target: str, layout: Layout) -> LayoutTime:
     import trnsim
 
-    if not _KERNEL:
-        _KERNEL.append(_kernel())
-    return LayoutTime.of(trnsim.run_kernel(_KERNEL[0], *layout_specs(layout), target=target, timing=True,
+    return LayoutTime.of(trnsim.run_kernel(_KERNEL(), *layout_specs(layout), target=target, timing=True,
                                            layout=layout))
 
 
 def clear_memo() -> None:
     _timed.cache_clear()
-    for k in _KERNEL:
-        k._cache.clear()  # pyright: ignore[reportPrivateUsage]
+    _KERNEL.forget()
     dmaindex.clear_memo()

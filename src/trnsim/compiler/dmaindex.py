@@ -28,6 +28,7 @@ from functools import lru_cache
 from math import prod
 from typing import TYPE_CHECKING, Any
 
+from trnsim.compiler.kernel_timing import OnDemand
 from trnsim.ir.graph import Node, Value
 from trnsim.isa.dtypes import get_dtype
 
@@ -554,14 +555,7 @@ def _fill_flat(out: Any, constant: Any, total: int) -> None:
         dsl.dma_copy(out[at:total], constant[: total - at, :1])
 
 
-_PICK: list[Any] = []
-
-
-def pick_kernel() -> Any:
-    """The traced-on-demand pick kernel (``pick_rows``), shared by timing and tests."""
-    if not _PICK:
-        _PICK.append(_pick_kernel())
-    return _PICK[0]
+pick_kernel = OnDemand(lambda: _pick_kernel())   # the pick kernel (``pick_rows``), shared by timing and tests
 
 
 def pick_specs(pick: Pick) -> list[Any]:
@@ -602,5 +596,4 @@ def clear_memo() -> None:
     """Forget the timed pick and lookup kernels (``dmagen.clear_memo`` calls this)."""
     lookup_time.cache_clear()
     pick_time.cache_clear()
-    for k in _PICK:
-        k._cache.clear()  # pyright: ignore[reportPrivateUsage]
+    pick_kernel.forget()

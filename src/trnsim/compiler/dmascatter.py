@@ -71,6 +71,7 @@ from trnsim.compiler.dmaindex import (
     LayoutTime,
 )
 from trnsim.compiler.intmath import ARITH, KIND, WORD32, Combine
+from trnsim.compiler.kernel_timing import OnDemand
 from trnsim.ir.graph import Node
 
 COMBINERS: dict[str, str] = {"add": "add", "maximum": "max", "minimum": "min", "multiply": "mul"}
@@ -353,14 +354,7 @@ COMBINE: dict[tuple[str, str], Combine] = {
 }
 
 
-_KERNEL: list[Any] = []
-
-
-def scatter_kernel() -> Any:
-    """The traced-on-demand general scatter kernel (``window_scatter``), shared by timing and tests."""
-    if not _KERNEL:
-        _KERNEL.append(_scatter_kernel())
-    return _KERNEL[0]
+scatter_kernel = OnDemand(lambda: _scatter_kernel())   # the general scatter kernel, for timing and tests
 
 
 def scatter_specs(plan: WindowScatter) -> list[Any]:
@@ -383,5 +377,4 @@ def window_scatter_time(target: str, plan: WindowScatter) -> LayoutTime:
 def clear_memo() -> None:
     """Forget the timed scatter kernels."""
     window_scatter_time.cache_clear()
-    for kern in _KERNEL:
-        kern._cache.clear()  # pyright: ignore[reportPrivateUsage]
+    scatter_kernel.forget()

@@ -46,13 +46,11 @@ from typing import Any
 import numpy as np
 
 from trnsim.compiler.intmath import ARITH, KIND, PICKS
-from trnsim.compiler.kernel_timing import TileTime, time_kernel
+from trnsim.compiler.kernel_timing import OnDemand, TileTime, time_kernel
 from trnsim.ir.graph import Node, Value
+from trnsim.isa.dtypes import get_dtype, int_range
 
 DSL_DTYPE = {"i8": "int8", "ui8": "uint8", "i16": "int16", "ui16": "uint16", "i32": "int32", "ui32": "uint32"}
-RANGE: dict[str, tuple[int, int]] = {"int8": (-(1 << 7), (1 << 7) - 1), "uint8": (0, (1 << 8) - 1),
-                                     "int16": (-(1 << 15), (1 << 15) - 1), "uint16": (0, (1 << 16) - 1),
-                                     "int32": (-(1 << 31), (1 << 31) - 1), "uint32": (0, (1 << 32) - 1)}
 COMBINERS = {"add": "add", "maximum": "max", "minimum": "min", "multiply": "mul"}
 # the forms this kernel takes (the others have a kernel: tilegen's reduce, poolgen's pool for 8/16-bit windows)
 REDUCE_OPS = frozenset({"mul"})
@@ -73,7 +71,7 @@ MIN_SPLIT = 8            # a whole reduction is split over partitions when they 
 
 def identity(op: str, dtype: str) -> int:
     """The value ``op`` leaves unchanged: 0, 1, the type's least value for max and largest for min."""
-    lo, hi = RANGE[dtype]
+    lo, hi = int_range(get_dtype(dtype))
     return {"add": 0, "mul": 1, "max": lo, "min": hi}[op]
 
 
@@ -189,7 +187,7 @@ def _scalar_int(v: Value) -> int | None:
 
 def _writable(value: int, dtype: str) -> bool:
     """The fp32 memset writes ``value`` exactly: fp32-exact, or a type limit (the write saturates to it)."""
-    lo, hi = RANGE[dtype]
+    lo, hi = int_range(get_dtype(dtype))
     return lo <= value <= hi and (float(np.float32(value)) == value or value in (lo, hi))
 
 
@@ -402,14 +400,7 @@ def _kernel() -> Any:
     return int_reduce
 
 
-_KERNEL: list[Any] = []
-
-
-def int_reduce_kernel() -> Any:
-    """The traced-on-demand kernel (``int_reduce``), shared by timing and tests."""
-    if not _KERNEL:
-        _KERNEL.append(_kernel())
-    return _KERNEL[0]
+int_reduce_kernel = OnDemand(lambda: _kernel())   # the kernel (``int_reduce``), shared by timing and tests
 
 
 def int_reduce_spec(plan: IntReduce) -> Any:
@@ -429,5 +420,4 @@ def int_reduce_time(target: str, plan: IntReduce) -> TileTime:
 def clear_memo() -> None:
     """Forget the timed kernels and their traces."""
     int_reduce_time.cache_clear()
-    for kern in _KERNEL:
-        kern._cache.clear()  # pyright: ignore[reportPrivateUsage]
+    int_reduce_kernel.forget()

@@ -298,6 +298,4 @@ def clear_memo() -> None:
 
     _timed.cache_clear()
     for kernel in (pool_kernel, pool_grad_kernel, pool_gather_kernel):
-        cache = getattr(kernel, "_cache", None)
-        if isinstance(cache, dict):
-            cache.clear()
+        kernel.forget_traces()

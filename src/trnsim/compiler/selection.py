@@ -407,6 +407,4 @@ def clear_memo() -> None:
     _arg_timed.cache_clear()
     _sort_timed.cache_clear()
     for kernel in (topk_kernel, argmax_kernel, sort_kernel):
-        cache = getattr(kernel, "_cache", None)
-        if isinstance(cache, dict):
-            cache.clear()
+        kernel.forget_traces()

@@ -157,6 +157,10 @@ class Kernel:
         self._cache: dict[Hashable, Compiled] = {}
         functools.update_wrapper(self, fn)
 
+    def forget_traces(self) -> None:
+        """Drop the traces cached per signature: the next call traces afresh (what a new process does)."""
+        self._cache.clear()
+
     def __repr__(self) -> str:
         return f"<trnsim kernel {self.fn.__qualname__}>"
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from trnsim.compiler.kernel_timing import OnDemand
 from trnsim.compiler.tilegen import chunked
 from trnsim.compiler.tilegen.leading import Leading, finish
 from trnsim.compiler.tilegen.recipe import (
@@ -25,19 +26,11 @@ from trnsim.compiler.tilegen.recipe import (
     space,
 )
 
-_KERNEL: list[Any] = []
-
-
-def kernel() -> Any:
-    """The generated-kernel function (made once: its traces are cached per recipe)."""
-    if not _KERNEL:
-        _KERNEL.append(_kernel())
-    return _KERNEL[0]
+kernel = OnDemand(lambda: _kernel())   # the generated-kernel function (made once: traces cached per recipe)
 
 
 def forget_traces() -> None:
-    for k in _KERNEL:
-        k._cache.clear()
+    kernel.forget()
 
 
 
