@@ -61,9 +61,8 @@ class AccessPattern:
         # fields' tuple is built once per pattern (the generated __eq__ built two per comparison)
         if self is other:
             return True
-        if other.__class__ is not AccessPattern:
+        if not isinstance(other, AccessPattern):
             return NotImplemented
-        assert isinstance(other, AccessPattern)
         return self._hash == other._hash and self._key == other._key
 
     def __getstate__(self) -> dict[str, object]:
