@@ -96,7 +96,8 @@ def reduce_window(x: ArrayLike, size: Sequence[int], stride: Sequence[int] | Non
                   pad: Sequence[Pair] | None = None, dilation: Sequence[int] | None = None, *, op: str = "max",
                   init: float | None = None, dtype: str | None = None, target: str = "trn3") -> NDArray[np.float32]:
     """``jax.lax.reduce_window(x, init, op, size, stride, pad, window_dilation=dilation)`` (``op`` ``max``,
-    ``min``, ``add``, ``mul``, or ``avg``: the sum divided by the window's size, padding counted) on a simulated
+    ``min``, ``add``, ``mul``, ``logaddexp`` (fp32: ``jnp.logaddexp``'s ops, as ``lax.cumlogsumexp``'s body),
+    or ``avg``: the sum divided by the window's size, padding counted) on a simulated
     NeuronCore; the window lies along one axis or two adjacent ones of ``x`` (any rank); ``dtype``: x's ISA dtype.
 
         >>> reduce_window(np.arange(16.0).reshape(1, 4, 4, 1), (1, 2, 2, 1), (1, 2, 2, 1))[0, :, :, 0].tolist()
