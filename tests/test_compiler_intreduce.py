@@ -105,6 +105,17 @@ def test_large_and_whole_products(shape: tuple[int, ...], axis: Any) -> None:
     assert plan.split == (shape == (64, 64))
 
 
+@pytest.mark.parametrize("dtype", WORDS)
+@pytest.mark.parametrize("name", ["sum", "max", "min"])
+@pytest.mark.parametrize("shape,axis", [((6, 9), 1), ((3, 4, 5), (0, 2)), ((64, 64), None)])
+def test_word_sums_maxima_and_minima_bit_for_bit(name: str, dtype: Any, shape: tuple[int, ...], axis: Any) -> None:
+    """``jnp.sum`` / ``max`` / ``min`` of 32-bit integers of any values (full range: sums wrap, maxima differ
+    beyond 2**24, where the tile recipes' fp32 would round them)."""
+    fn = getattr(jnp, name)
+    _check(lambda x: fn(x, axis=axis, **({"dtype": x.dtype} if name == "sum" else {})), shape, dtype,
+           seed=len(shape) + len(name))
+
+
 CUMULATIVE: dict[str, Callable[..., Any]] = {
     "cumprod": jax.lax.cumprod, "cumsum": jax.lax.cumsum, "cummax": jax.lax.cummax, "cummin": jax.lax.cummin}
 
@@ -161,6 +172,8 @@ def test_the_program_verifies() -> None:
     (lambda x: jnp.cumsum(x, axis=1, dtype=x.dtype), (8, 9), np.uint32),
     (lambda x: jax.lax.cummin(x, axis=0), (8, 9), np.int32),
     (lambda x: jax.lax.reduce_window(x, np.int32(-2**31), jax.lax.max, (1, 2), (1, 2), "VALID"), (4, 6), np.int32),
+    (lambda x: jnp.sum(x, axis=1, dtype=x.dtype), (4, 8), np.int32),   # 32-bit sums and maxima of any values
+    (lambda x: jnp.max(x, axis=0), (5, 3), np.uint32),
 ])
 def test_compiled_programs_use_the_kernel(fn: Fn, shape: tuple[int, ...], dtype: Any) -> None:
     program = trnsim.compile(jax.jit(fn).lower(jax.ShapeDtypeStruct(shape, dtype)), cache=False)
@@ -174,7 +187,7 @@ def test_compiled_programs_use_the_kernel(fn: Fn, shape: tuple[int, ...], dtype:
 @pytest.mark.parametrize("fn,shape,dtype", [
     (prod(1), (4, 8), np.float32),                                      # a float product: tile code
     (lambda x: jnp.cumsum(x, axis=0, dtype=x.dtype), (8, 9), np.int8),  # an 8-bit sum: the pool kernel
-    (lambda x: jnp.sum(x, axis=1, dtype=x.dtype), (4, 8), np.int32),    # a 32-bit sum: tile code
+    (lambda x: jnp.sum(x, axis=1, dtype=x.dtype), (4, 8), np.int16),    # a 16-bit sum: tile code
     (lambda x: jax.lax.reduce_window(x, np.int32(1), jax.lax.add, (3,), (1,), ((2, 0),)), (9,), np.int32),
     (lambda x: jax.lax.reduce_window(x, np.int32(1), jax.lax.mul, (2, 2), (1, 1), "VALID"), (4, 4), np.int32),
 ])

@@ -89,6 +89,7 @@ def _run_step(program: trnsim.CompiledProgram, args: list[np.ndarray],
     else:
         recipe, sources = built
     env = _values(program, args)
+    _within_ranges(nodes, env)
     verify(tilegen.kernel_program("trn3", recipe), registry.get("trn3"))
     kernel_args = [np.asarray(env[v.id]).astype(np.uint8 if v.type.dtype == "i1" else env[v.id].dtype).reshape(shape)
                    for v, shape in zip(sources, tilegen.input_shapes(recipe), strict=True)]
@@ -773,6 +774,19 @@ def test_elementwise_groups_of_a_size_128_does_not_divide_run_in_rows(shape: tup
     assert recipe.cols == shape[-1]
 
 
+def _within_ranges(nodes: list, env: dict[int, np.ndarray]) -> None:  # type: ignore[type-arg]
+    """Every integer value the group makes lies in the interval ``tilegen.ranges`` bounds it by (the builder's
+    choice between fp32 instructions and exact word forms rests on it)."""
+    from trnsim.compiler.tilegen.ranges import Ranges
+
+    ranges = Ranges(nodes)
+    for v in (v for n in nodes for v in n.outputs):
+        r = ranges.of(v)
+        if r is not None and np.asarray(env[v.id]).size:
+            value = np.asarray(env[v.id])
+            assert r[0] <= int(value.min()) and int(value.max()) <= r[1], (v, r, value.min(), value.max())
+
+
 def _exact(fn, *args: np.ndarray) -> list[tilegen.Recipe]:  # type: ignore[no-untyped-def]
     """Compile ``fn``; every step must be generated, and its kernel on the simulator must give the interpreter's
     values bit for bit (signed zeros and NaNs included)."""
@@ -812,7 +826,8 @@ def test_a_group_of_scalars_is_one_column_and_exact(dtype: str) -> None:
 _EDGES: dict[str, list[int]] = {
     "int8": [-128, -127, -1, 0, 1, 2, 5, 127], "int16": [-32768, -300, -1, 0, 1, 7, 300, 32767],
     "uint8": [0, 1, 2, 5, 127, 128, 200, 255], "uint16": [0, 1, 7, 300, 32768, 40000, 65534, 65535],
-    "uint32": [0, 1, 7, 300, 65536, 70000, (1 << 23) - 1, 1 << 22],     # sums below 2**24
+    "uint32": [0, 1, 7, 65535, 65536, (1 << 24) + 1, 0x9E3779B9, (1 << 32) - 1],
+    "int32": [-(1 << 31), -(1 << 24) - 1, -65536, -1, 0, 7, (1 << 24) + 1, (1 << 31) - 1],
 }
 
 
@@ -824,20 +839,21 @@ def _pairs(dtype: str) -> tuple[np.ndarray, np.ndarray]:
 
 
 @pytest.mark.parametrize("dtype", list(_EDGES))
-def test_narrow_integers_wrap_as_stablehlo_and_compute_exactly(dtype: str) -> None:
-    """int8/int16/uint8/uint16/uint32: sums, differences, products and negations wrap modulo 2**bits (an ISA
-    write would saturate: 127 + 1 = -128, 3 - 5 = 254 in uint8, -(-128) = -128; uint32's ``-(3 - 5)`` is 2,
-    its operands read as int32); the others stay in range."""
+def test_integers_wrap_as_stablehlo_and_compute_exactly(dtype: str) -> None:
+    """Sums, differences, products and negations wrap modulo 2**bits (an ISA write would saturate: 127 + 1 =
+    -128, 3 - 5 = 254 in uint8, -(-128) = -128); the others stay in range. 16-bit products and 32-bit
+    arithmetic beyond 2**24, which VectorE's fp32 would round, take the exact word forms (halves and byte
+    limbs: ``intmath``), compares and selects of such values too; ``lax.clamp`` and ``abs`` of them as well."""
     a, b = _pairs(dtype)
-    wide = dtype in ("int16", "uint16", "uint32")
-    small = (a % 2048).astype(dtype) if wide else a      # 16- and 32-bit products exact below 2**24 only
     signed = np.dtype(dtype).kind == "i"
-    recipes = _exact(lambda a, b, s: (a + b, a - b, s * (b % 2048) if wide else s * b,
-                                      jnp.maximum(a, b), jnp.minimum(a, b), a & b, a | b, a ^ b, ~a,
-                                      jnp.where(a > b, a, b), jnp.clip(a, b, jnp.asarray(100, dtype)),
-                                      -a, -(a - b), *((jnp.abs(a), jnp.sign(a)) if signed else ())),
-                     a, b, small)
-    assert any(s[0] == "wrap" for r in recipes for s in r.steps)
+    hundred = jnp.asarray(100, dtype)
+    recipes = _exact(lambda a, b: (a + b, a - b, a * b, jnp.maximum(a, b), jnp.minimum(a, b), a & b, a | b, a ^ b,
+                                   ~a, jnp.where(a > b, a, b), jnp.clip(a, b, hundred), jax.lax.clamp(b, a, hundred),
+                                   a == b, a <= b, -a, -(a - b), *((jnp.abs(a), jnp.sign(a)) if signed else ())),
+                     a, b)
+    steps = {s[0] for r in recipes for s in r.steps}
+    assert ("wrap" if np.dtype(dtype).itemsize < 4 else "word") in steps
+    assert ("word" in steps) == (np.dtype(dtype).itemsize > 1)        # 16-bit products, 32-bit everything
 
 
 @pytest.mark.parametrize("dtype", ["int8", "int32", "uint8", "uint16"])
@@ -917,13 +933,17 @@ def test_a_scalar_predicate_or_bound_is_spread_over_the_tile() -> None:
 @pytest.mark.parametrize("dtype", ["int8", "int16", "uint8", "uint16", "int32", "bool"])
 def test_integer_maxima_and_minima_along_rows_and_leading_axes_and_wrapped_sums_are_exact(dtype: str) -> None:
     """Integer reductions start from the type's own extremes (``reduce`` inits INT_MIN / INT_MAX, not ±inf);
-    maxima and minima over either axis are exact; narrow sums along the rows wrap (127 + 1 = -128)."""
+    maxima and minima over either axis are exact; narrow sums along the rows wrap (127 + 1 = -128). int32
+    values are clipped within 2**23 in the group, which bounds them (``ranges``) where fp32 is exact (those of
+    any size are the ``int_reduce`` kernel's: ``test_compiler_intreduce``)."""
     info = np.iinfo(np.uint8 if dtype == "bool" else dtype)
-    lo, hi = (-(1 << 23), 1 << 23) if dtype == "int32" else (int(info.min), int(info.max))   # int32: below 2**24
+    lo, hi = (-(1 << 23), 1 << 23) if dtype == "int32" else (int(info.min), int(info.max))
     rng = np.random.default_rng(24)
     x = rng.integers(lo, hi + 1, (6, 40)).astype(dtype) if dtype != "bool" else rng.random((6, 40)) < 0.3
     x[0, :3] = [lo, hi, hi] if dtype != "bool" else [True, False, True]
-    fns = [lambda x: (x.max(axis=1), x.min(axis=1)), lambda x: x.max(axis=0), lambda x: x.min(axis=0)]
+    bound = (lambda x: jnp.clip(x, lo, hi)) if dtype == "int32" else (lambda x: x)
+    fns = [lambda x: (bound(x).max(axis=1), bound(x).min(axis=1)), lambda x: bound(x).max(axis=0),
+           lambda x: bound(x).min(axis=0)]
     if dtype not in ("bool", "int32"):
         fns.append(lambda x: jnp.sum(x, axis=1, dtype=x.dtype))
     for fn in fns:
@@ -933,16 +953,19 @@ def test_integer_maxima_and_minima_along_rows_and_leading_axes_and_wrapped_sums_
 @pytest.mark.parametrize("dtype", ["int8", "uint16", "int32"])
 def test_integer_sums_over_leading_axes_and_reductions_from_another_start_are_exact(dtype: str) -> None:
     """An integer sum over the leading axes: fp32 on TensorE (exact below 2**24), a narrow type's wrapped after
-    the loop; a ``reduce`` from an init that is not the identity (3, or a float max from 0.5) folds it in."""
+    the loop; a ``reduce`` from an init that is not the identity (3, or a float max from 0.5) folds it in. int32
+    values are clipped within 2**16 in the group: 200 of them sum within 2**24."""
     info = np.iinfo(dtype)
     lo, hi = (-(1 << 16), 1 << 16) if dtype == "int32" else (int(info.min), int(info.max))
     x = np.random.default_rng(25).integers(lo, hi + 1, (200, 24)).astype(dtype)      # 2 row tiles
     x[:3, 0] = [lo, hi, hi]
     f = np.random.default_rng(26).standard_normal((200, 24)).astype(np.float32)
     three, half = np.asarray(3, dtype), np.float32(0.5)
-    _exact(lambda x: jnp.sum(x, axis=0, dtype=x.dtype), x)
-    _exact(lambda x: (jax.lax.reduce(x, three, jax.lax.add, (0,)), jax.lax.reduce(x, three, jax.lax.add, (1,)),
-                      jax.lax.reduce(x, three, jax.lax.max, (0,))), x)
+    bound = (lambda x: jnp.clip(x, lo, hi)) if dtype == "int32" else (lambda x: x)
+    _exact(lambda x: jnp.sum(bound(x), axis=0, dtype=x.dtype), x)
+    _exact(lambda x: (jax.lax.reduce(bound(x), three, jax.lax.add, (0,)),
+                      jax.lax.reduce(bound(x), three, jax.lax.add, (1,)),
+                      jax.lax.reduce(bound(x), three, jax.lax.max, (0,))), x)
     _exact(lambda f: (jax.lax.reduce(f, half, jax.lax.max, (1,)), jax.lax.reduce(f, half, jax.lax.min, (0,))), f)
 
 

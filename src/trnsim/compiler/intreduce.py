@@ -1,12 +1,13 @@
-"""Exact integer reductions: ``reduce`` whose body is ``multiply`` of 8-, 16- or 32-bit integers (``jnp.prod``),
-and ``reduce_window`` along one axis whose body is ``multiply`` of such integers or ``add``/``maximum``/
-``minimum`` of 32-bit ones (``jnp.cumprod``, ``jnp.cumsum``, ``lax.cummax``/``cummin``), as one VectorE
-kernel (``int_reduce``) that computes them bit for bit.
+"""Exact integer reductions: ``reduce`` and ``reduce_window`` along one axis whose body is ``multiply`` of 8-,
+16- or 32-bit integers or ``add``/``maximum``/``minimum`` of 32-bit ones (``jnp.prod``, ``jnp.sum``/``max``/
+``min`` of int32 and uint32, ``jnp.cumprod``, ``jnp.cumsum``, ``lax.cummax``/``cummin``), as one VectorE kernel
+(``int_reduce``) that computes them bit for bit.
 
 StableHLO wraps integer add and multiply modulo 2**N; VectorE computes in fp32 (``reference/neuron.md``
 §1.5: "integer inputs are computed in FP32"), exact only below 2**24: a product of eight 8s already leaves
-it, as does any sum or comparison of 32-bit values above it. So the tile recipes (``tilegen.recipe.PRODUCTS``)
-and the pool kernels (``poolgen``) leave these forms to the analytic cost. This kernel combines with the exact
+it, as does any sum or comparison of 32-bit values above it. So the tile recipes (``tilegen.recipe.PRODUCTS``;
+32-bit sums and maxima only of values ``tilegen.ranges`` bounds) and the pool kernels (``poolgen``) leave these
+forms to this kernel. This kernel combines with the exact
 combiners of ``compiler.intmath`` (``ARITH``: 16-bit halves for 32-bit add/max/min, byte limbs for 16- and
 32-bit products, int32 then a mask for 8-bit products), shared with the scatter kernel.
 
@@ -53,9 +54,9 @@ from trnsim.isa.dtypes import get_dtype, int_range
 DSL_DTYPE = {"i8": "int8", "ui8": "uint8", "i16": "int16", "ui16": "uint16", "i32": "int32", "ui32": "uint32"}
 COMBINERS = {"add": "add", "maximum": "max", "minimum": "min", "multiply": "mul"}
 # the forms this kernel takes (the others have a kernel: tilegen's reduce, poolgen's pool for 8/16-bit windows)
-REDUCE_OPS = frozenset({"mul"})
 WINDOW_OPS: dict[str, frozenset[str]] = {"mul": frozenset(KIND), "add": frozenset({"int32", "uint32"}),
                                          "max": frozenset({"int32", "uint32"}), "min": frozenset({"int32", "uint32"})}
+REDUCE_OPS = WINDOW_OPS
 # instructions of one combine of two tiles (``intmath``: limbs, columns, bytes, ors, carries; halves; select)
 COMBINE_OPS: dict[tuple[str, str], int] = {("mul", "word"): 28, ("mul", "short"): 11, ("mul", "byte"): 2,
                                            ("add", "word"): 7, ("max", "word"): 9, ("min", "word"): 9}
@@ -214,7 +215,7 @@ def _reduce(node: Node) -> IntReduce | None:
     dtype = DSL_DTYPE.get(x.type.dtype)
     op = COMBINERS.get(simple_combiner(node.regions[0]) or "")
     init = _scalar_int(init_v)
-    if dtype is None or op not in REDUCE_OPS or init is None or not _writable(init, dtype) or \
+    if dtype is None or op is None or dtype not in REDUCE_OPS[op] or init is None or not _writable(init, dtype) or \
             node.out.type.dtype != x.type.dtype:
         return None
     dims = set(node.attrs["dimensions"])

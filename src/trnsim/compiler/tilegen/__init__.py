@@ -63,9 +63,18 @@ value made in the group, tables broadcast along middle axes with rows in chunks,
 ops along rows or with ``inner`` over ``MAX_ROW``, leading-axis reductions with a period over 128 rows (a PSUM
 partition per result row) or sums that would fold onto more than 128 partitions, leading-axis maxima whose period does
 not divide 128 or over more than ``MAX_ROW`` columns, iotas of a flat layout of 2**24 elements or more, MX blocks or
-int4 groups that do not tile the quantized axis, ops without an instruction, integer products, which StableHLO wraps
-in their type and fp32 gives only below 2**24; with rows in chunks also iotas) keep the analytic cost of
-``costs.fused_cost``; so do kernels whose working set does not fit in SBUF.
+int4 groups that do not tile the quantized axis, ops without an instruction, integer products along rows (the
+``int_reduce`` kernel's), 32-bit integer sums and maxima of values beyond 2**24; with rows in chunks also iotas) keep
+the analytic cost of ``costs.fused_cost``; so do kernels whose working set does not fit in SBUF.
+
+Integers: VectorE computes in fp32, exact up to 2**24. Every integer value of a group has an interval
+(``ranges``: from input types, constants and iota sizes, op by op), and an op whose operands and unwrapped result lie
+within ±2**24 (index arithmetic, 8- and 16-bit sums) is one ALU instruction, its result wrapped into a narrow type by
+an integer ``and``; 32-bit add, subtract, multiply, divide, remainder, max, min, clamp, abs, compare and select of
+values beyond that, and 16-bit products, are ``word`` steps: ``compiler.intmath``'s exact forms (16-bit halves, byte
+limbs, fp32 quotient estimates corrected exactly, selects by bits). A 64-bit integer value whose interval is exact in
+fp32 (``jax.random``'s u64 counter iotas) is computed as int32; other 64-bit values keep the analytic cost. Bitwise
+ops and shifts act on the exact integers, and 32-bit bitcasts copy bits by an integer ``or 0``.
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from trnsim.compiler.tilegen.ranges import Ranges, exact
 from trnsim.compiler.tilegen.recipe import (
     ACT,
     ALU,
@@ -177,6 +178,15 @@ def _unchanged(op: str, operands: tuple[Ref, ...], dtype: str) -> Ref | None:
     return None
 
 
+# integer ops exact on any values: bitwise, or moving values unchanged (a unit reduce is a view)
+_BIT_EXACT = frozenset({"and", "or", "xor", "not", "shift_left", "shift_right_logical", "shift_right_arithmetic",
+                        "bitcast_convert", "iota", "sign", "reshape", "broadcast_in_dim", "reduce"})
+# step kinds that compute element by element (a scalar column of them can be made before the tile loop)
+_ELEMENTWISE_STEPS = frozenset({"alu", "act", "copy", "select", "wrap", "bitcast", "const", "word"})
+# StableHLO op → its ``word`` step's op (``intmath.word``)
+_WORD: dict[str, str] = {"add": "add", "subtract": "sub", "multiply": "mul", "maximum": "max", "minimum": "min",
+                         "divide": "div", "remainder": "rem"}
+
 # compare types whose order is the values' numeric order, as VectorE compares them in fp32 (integers exactly below
 # 2**24); TOTALORDER is that order on integers only (on floats it also orders -0 < +0 and the NaNs)
 _COMPARE_TYPES = frozenset({"FLOAT", "SIGNED", "UNSIGNED"})
@@ -210,6 +220,17 @@ class _Builder:
         self.along: dict[int, bool] = {}
         self.kept: dict[Ref, int] = {}                  # bytes of the tiles kept for a per-tensor scale
         self.inner = 0                                  # the width of a middle-axis reduction's results
+        self.ranges = Ranges(nodes)                     # the integer values each value can hold
+
+    def ir_dtype(self, v: Value) -> str:
+        """``v``'s element type as the kernel computes it: a 64-bit integer whose values all fit an int32
+        (``ranges``: JAX's u64 counter iotas, i64 index arithmetic on i32 indices) is an i32, computed as one:
+        no op that makes such a value wraps, so its i32 result is the i64 one; the rest their own type."""
+        r = self.ranges.of(v)
+        if v.type.dtype in ("i64", "ui64") and r is not None and INT_RANGE["i32"][0] <= r[0] and \
+                r[1] <= INT_RANGE["i32"][1]:
+            return "i32"
+        return v.type.dtype
 
     def along_rows(self, v: Value) -> bool:
         """Whether ``v`` is made in the group by an op that works along rows, directly or through others."""
@@ -400,7 +421,7 @@ class _Builder:
 
     def _iota(self, node: Node, target: tuple[int, ...], dims: tuple[int | None, ...]) -> Ref | None:
         axis = dims[node.attrs["iota_dimension"]]
-        dtype = DSL_DTYPE.get(node.out.type.dtype)
+        dtype = DSL_DTYPE.get(self.ir_dtype(node.out))
         if axis is None:
             return ("imm", 0.0)
         stride = prod(target[axis + 1:])
@@ -415,10 +436,10 @@ class _Builder:
     # ---- ops -------------------------------------------------------------------------------------------
     def apply(self, node: Node, operands: tuple[Ref, ...]) -> Ref | None:
         """The step computing elementwise ``node`` on ``operands`` (or an alias), or None."""
-        out_t = node.out.type
-        if out_t.dtype not in DSL_DTYPE:
+        out_t, out = node.out.type, self.ir_dtype(node.out)
+        if out not in DSL_DTYPE:
             return None
-        dt = DSL_DTYPE[out_t.dtype]
+        dt = DSL_DTYPE[out]
         kinds = [self.kind(o) for o in operands]
         tiles = {k for k in kinds if k != "imm"}
         if "late" in tiles:
@@ -429,15 +450,18 @@ class _Builder:
                                          # the loop; a middle-axis one has rows of another width)
         if node.op == "bitcast_convert":
             return self.bitcast(node, operands[0], kinds[0], dt)
+        form = self.integer_form(node, out)
+        if form is None:
+            return None
         if node.op == "convert":
-            src = node.inputs[0].type.dtype
-            if kinds[0] == "imm" or src == out_t.dtype:
+            src = self.ir_dtype(node.inputs[0])
+            if kinds[0] == "imm" or src == out:
                 return operands[0]
-            how = _conversion(src, out_t.dtype)
+            how = _conversion(src, out)
             if how == "truncate":
-                return None if kinds[0] in ("red", "mid") else self.truncated(operands[0], out_t.dtype, dt, kinds[0])
+                return None if kinds[0] in ("red", "mid") else self.truncated(operands[0], out, dt, kinds[0])
             step: Step = {"ne": ("alu", "ne", (operands[0], ("imm", 0.0)), dt),
-                          "wrap": ("wrap", WRAP.get(out_t.dtype, ""), operands, dt),
+                          "wrap": ("wrap", WRAP.get(out, ""), operands, dt),
                           "copy": ("copy", "copy", operands, dt)}[how]
             ref = self.push(step, kinds[0])
             if kinds[0] == "red":
@@ -463,24 +487,26 @@ class _Builder:
             result = "mid"
         else:
             result = _combine(tiles)
-        composed = _COMPOSED.get((node.op, out_t.dtype in FLOATS))
+        if form == "word":
+            return self.word(node, operands, dt, result)
+        composed = _COMPOSED.get((node.op, out in FLOATS))
         if composed is not None:
             if result not in ("full", "vec", "col", "sc"):
                 return None
-            return composed(self, operands, out_t.dtype, result)
-        wraps = out_t.dtype in WRAPPING.get(node.op, ())
+            return composed(self, operands, out, result)
+        wraps = out in WRAPPING.get(node.op, ())
         if wraps and result not in ("full", "vec", "col", "sc"):
             return None
-        if wraps and out_t.dtype == "ui32":
-            # NOTE: ui32 operands are read as int32 (a bitcast): a small negative difference wrapped (2**32 - 5)
-            # is -5 there, so chains of sums, differences and negations stay exact while their int32 readings
-            # are below 2**24, which includes every unsigned value below 2**24
+        if wraps and out == "ui32":
+            # NOTE: ui32 operands are read as int32 (a bitcast); ``integer_form`` chose this form only for
+            # operands and an unwrapped result within ±2**24 (``ranges``), where that reading is exact and a
+            # negative difference (3 - 5 = -2) wraps to its ui32 bits (2**32 - 2) in the ``wrap`` step
             operands = tuple(self.push(("wrap", "uint32", (o,), "int32"), self.kind(o)) if o[0] != "imm" else
                              ("imm", o[1] - 2.0 ** 32 if o[1] >= 2.0 ** 31 else o[1]) for o in operands)
         work = "int32" if wraps else dt     # made exactly in int32, then its low bits kept (recipe.WRAP)
         if node.op in ALU:
             step: Step = ("alu", ALU[node.op], operands, work)
-        elif node.op in BITWISE and out_t.dtype in INT_RANGE:
+        elif node.op in BITWISE and out in INT_RANGE:
             step = ("alu", BITWISE[node.op], operands, dt)
         elif node.op in ACT:
             step = ("act", ACT[node.op], (*operands, *_zero_bias(ACT[node.op])), work)
@@ -527,8 +553,7 @@ class _Builder:
             if result == "red":
                 self.red_shape[lo] = self.red_shape[operands[1]]
             step = ("alu", "min", (lo, operands[2]), dt)
-        elif node.op == "reduce_precision" and _wider(node.attrs["exponent_bits"], node.attrs["mantissa_bits"],
-                                                      out_t.dtype):
+        elif node.op == "reduce_precision" and _wider(node.attrs["exponent_bits"], node.attrs["mantissa_bits"], out):
             step = ("copy", "copy", operands, dt)  # to a format at least as wide: every value kept (a copy)
         elif node.op == "is_finite":
             # |x| < inf: false for ±inf and for NaN (every comparison with NaN is false)
@@ -544,14 +569,69 @@ class _Builder:
         ref = self.push(step, result)
         if result == "red":
             self.red_shape[ref] = next(self.red_shape[o] for o in operands if o[0] != "imm" and self.kind(o) == "red")
-        return self.push(("wrap", WRAP[out_t.dtype], (ref,), dt), result) if wraps else ref
+        return self.push(("wrap", WRAP[out], (ref,), dt), result) if wraps else ref
+
+    def integer_form(self, node: Node, out: str) -> str | None:
+        """How elementwise ``node`` computes its integers exactly (``ranges``): ``fp32`` (its ALU instructions:
+        every value they round is exact in fp32, or the op is bitwise), ``word`` (``intmath``'s exact word
+        forms: 32-bit add, subtract, negate, multiply, divide, remainder, max, min, clamp, abs, compare and select
+        beyond 2**24, and 16-bit products), or None (no exact form: a 32-bit power of such values, or one
+        converted to bf16 / f16, which an fp32 intermediate would round twice)."""
+        ins = [self.ranges.of(u) for u in node.inputs]
+        op = node.op
+        if op == "compare" and ins[0] is not None:
+            return "fp32" if exact(ins[0]) or exact(ins[1]) else "word"   # fp32 rounding keeps the order
+        if op == "convert":
+            # a float truncated (exact), an integer's low bits (``wrap``), ``!= 0``, or a copy through fp32: an
+            # integer's f32 rounding is convert's own, a narrower float's would round twice
+            how = _conversion(self.ir_dtype(node.inputs[0]), out)
+            return "fp32" if how != "copy" or out == "f32" or ins[0] is None or exact(ins[0]) else None
+        if out not in INT_RANGE or out == "i1" or op in _BIT_EXACT:
+            return "fp32"
+        if op == "select":
+            return "fp32" if exact(ins[1]) and exact(ins[2]) else "word"
+        if all(exact(r) for r in ins if r is not None) and exact(self.ranges.unwrapped(node)):
+            return "fp32"
+        bits = (INT_RANGE[out][1] - INT_RANGE[out][0]).bit_length()
+        if op in ("add", "subtract", "negate", "maximum", "minimum", "clamp", "abs"):
+            return "fp32" if bits <= 16 else "word"
+        if op == "multiply":
+            return "fp32" if bits <= 8 else "word"
+        if op in ("divide", "remainder"):
+            return "fp32" if bits <= 16 else "word"
+        return "fp32" if bits <= 16 else None
+
+    def word(self, node: Node, operands: tuple[Ref, ...], dt: str, result: str) -> Ref | None:
+        """A ``word`` step (``intmath.word``): 32-bit integer arithmetic exact beyond 2**24."""
+        if result not in ("full", "vec", "col", "sc"):
+            return None
+        if node.op == "negate":
+            op, operands = "sub", (("imm", 0.0), operands[0])
+        elif node.op == "clamp":                         # min(max(x, lo), hi)
+            lo, x, hi = operands
+            low = self.push(("word", "max", (x, lo), dt), _combine({self.kind(r) for r in (x, lo) if r[0] != "imm"}))
+            op, operands = "min", (low, hi)
+        elif node.op == "abs":                           # x < 0 ? 0 - x : x (the compare with 0 exact in fp32)
+            (x,) = operands
+            negative = self.push(("alu", "lt", (x, ("imm", 0.0)), "uint8"), result)
+            negated = self.push(("word", "sub", (("imm", 0.0), x), dt), result)
+            op, operands = "select", (negative, negated, x)
+        elif node.op == "compare":
+            op = CMP[node.attrs["comparison_direction"]]
+        elif node.op == "select":
+            if operands[0][0] == "imm":
+                return None
+            op = "select"
+        else:
+            op = _WORD[node.op]
+        return self.push(("word", op, operands, dt), result)
 
     def bitcast(self, node: Node, x: Ref, kind: str, dt: str) -> Ref | None:
-        """``bitcast_convert`` between element types of one width of at most 16 bits, or None: the bits copied
-        as the unsigned integers of that width (``BITS``), exact through VectorE's fp32, and read as the
-        result's type. A copy of the bits, not of the values, so NaN payloads stay as they were. Wider ones
-        stay analytic: the integer arithmetic that follows a 32-bit one (``nextafter``'s ±1) runs on bit
-        patterns far beyond 2**24, which the fp32 ALU rounds."""
+        """``bitcast_convert`` between element types of one width, or None: the bits copied as the unsigned
+        integers of that width (``BITS``), exactly, and read as the result's type. A copy of the bits, not of
+        the values, so NaN payloads stay as they were. Integer arithmetic on 32-bit patterns that follows
+        (``nextafter``'s ±1, the mantissa bits of ``jax.random``'s uniform floats) takes the exact word forms
+        (``integer_form``: a bitcast's result may be any value of its type)."""
         src, out = node.inputs[0].type.dtype, node.out.type.dtype
         if x[0] == "imm" or src not in BITS or BITS.get(out) != BITS[src]:
             return None
@@ -568,8 +648,7 @@ class _Builder:
         if ref[0] == "imm":
             return True
         kind, _, operands, _ = self.steps[ref[1]]
-        if self.kinds[ref] != "sc" or kind not in ("alu", "act", "copy", "select", "wrap", "bitcast", "const") or \
-                not all(self.before_loop(o) for o in operands):
+        if self.kinds[ref] != "sc" or kind not in _ELEMENTWISE_STEPS or not all(self.before_loop(o) for o in operands):
             return False
         self.phases[ref[1]] = "pre"
         return True
@@ -634,6 +713,9 @@ class _Builder:
         if op not in REDUCE or init is None or node.out.type.dtype not in DSL_DTYPE or \
                 (op == "multiply" and x.type.dtype not in PRODUCTS):
             return None
+        if x.type.dtype in INT_RANGE and x.type.dtype != "i1" and not \
+                exact(self.ranges.unwrapped(node) if op == "add" else self.ranges.of(x)):
+            return None                  # fp32 sums (PSUM, VectorE) and maxima round integers beyond 2**24
         if init[1] == _identity(op, x.type.dtype):
             return self.from_identity(node, op)
         if x.type.dtype not in INT_RANGE and op == "add":

@@ -315,8 +315,13 @@ def compute(dsl: Any, kind: str, op: str, args: list[Any], dt: str, shape: tuple
         low = dsl.binary("and", args[0], float((1 << DTYPES[op].bits) - 1), dtype=op)
         return low if op == dt else low.bitcast(dt)
     if kind == "bitcast":                # op: the unsigned type of the width; its bits copied (build.bitcast)
-        bits = dsl.copy(args[0].bitcast(op), dtype=op)
+        source = args[0].bitcast(op)
+        bits = dsl.binary("or", source, 0.0, dtype=op) if op == "uint32" else dsl.copy(source, dtype=op)
         return bits if op == dt else bits.bitcast(dt)
+    if kind == "word":                   # 32-bit integer arithmetic exact beyond 2**24 (build.word)
+        from trnsim.compiler.intmath import word
+
+        return word(op, args, dt)
     if kind == "const":
         return dsl.full((shape[0], 1) if op == "col" else shape, args[0], dt)
     if kind in _GROUPED:

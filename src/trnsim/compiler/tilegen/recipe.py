@@ -41,18 +41,19 @@ DSL_DTYPE: dict[str, str] = {"f32": "fp32", "bf16": "bf16", "f16": "fp16", "i1":
 # integer element type → the DSL dtype of its bits read unsigned. StableHLO integers wrap modulo 2**bits where an
 # ISA write saturates (sim.values), so a result that may leave its type's range is made in int32 and its low
 # bits kept by an integer ``and`` into this twin (a ``wrap`` step, bitcast back to a signed type): exact while
-# the int32 value is, |x| < 2**24 through VectorE's fp32 (every 8-bit op and 16-bit sum; 16-bit products only
-# below 2**24, the convention i32 arithmetic keeps, whose results are written to int32 and saturate)
+# the int32 value is, |x| <= 2**24 through VectorE's fp32 (every 8-bit op and 16-bit sum; other ops only where
+# ``ranges`` bounds them so, else ``word`` steps: ``build.integer_form``)
 WRAP: dict[str, str] = {"i8": "uint8", "i16": "uint16", "i32": "uint32", "ui8": "uint8", "ui16": "uint16",
                         "ui32": "uint32"}
 # element type → the DSL unsigned integer type of its width, for the bitcasts a recipe makes (``build.bitcast``):
-# widths of at most 16 bits, whose bit patterns VectorE's fp32 holds exactly
+# 8- and 16-bit patterns are copied through VectorE's fp32 (exact), 32-bit ones by an integer ``or 0`` (exact:
+# bitwise ops act on the integers, isa.ops)
 BITS: dict[str, str] = {"bf16": "uint16", "f16": "uint16", "i16": "uint16", "ui16": "uint16", "i8": "uint8",
-                        "ui8": "uint8"}
+                        "ui8": "uint8", "f32": "uint32", "i32": "uint32", "ui32": "uint32"}
 _NARROW = frozenset({"i8", "i16", "ui8", "ui16"})
 UNSIGNED = frozenset({"ui8", "ui16", "ui32"})
-# op → the integer types whose results it may take out of range (ui32's made from its operands read as int32:
-# ``build``; i32's written to int32, saturating beyond the range exact in fp32 anyway)
+# op → the integer types whose results it may take out of range when made in int32 (ui32's from its operands read
+# as int32: ``build``; an i32 result of this form is within ±2**24: ``build.integer_form``)
 WRAPPING: dict[str, frozenset[str]] = {"add": _NARROW | {"ui32"}, "multiply": _NARROW | {"ui32"}, "abs": _NARROW,
                                        "subtract": _NARROW | {"ui32"}, "negate": _NARROW | {"ui32"}}
 INT_RANGE: dict[str, tuple[int, int]] = {"i8": (-1 << 7, (1 << 7) - 1), "i16": (-1 << 15, (1 << 15) - 1),
@@ -94,7 +95,8 @@ class Recipe:
     elements (``rep``: a tile per block) or of one (``rep_row``: a column per block), repeated ``repeats[i]``
     times; ``repeat_runs``). Step kinds: ``alu``, ``act``,
     ``copy``, ``select``, ``wrap`` (op: the unsigned twin of the result's width, ``WRAP``: the operand's low bits
-    read as the result's dtype), ``reduce`` (free axis), ``middle`` (op over the middle axis of each row viewed
+    read as the result's dtype), ``bitcast`` (op: the unsigned type of the width, ``BITS``), ``word`` (exact
+    integer arithmetic beyond 2**24, op: ``intmath.word``'s), ``reduce`` (free axis), ``middle`` (op over the middle axis of each row viewed
     ``[count, inner]``; operands: the value and ``count``), ``mx`` (an MX quantize-dequantize; op: the element
     format, operands: the value and 0 for blocks along a row, 1 for blocks down 32 rows), ``group`` (an int4
     quantize-dequantize with an fp32 scale per 32 elements, operands as ``mx``), ``scaled`` (a per-tensor scaled

@@ -1,0 +1,134 @@
+"""32-bit integer arithmetic in generated tile code: VectorE computes in fp32, exact only up to 2**24, so the
+recipe builder bounds every integer value (``tilegen.ranges``) and computes 32-bit add, subtract, multiply,
+max, min, compare and select of values beyond that bound with ``intmath``'s exact word forms (16-bit halves,
+byte limbs, selects by bits). JAX's default RNG (threefry: u32 adds, rotations, xors; a u64 counter iota; the
+mantissa bits bit-cast to f32) is the program this exists for."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from jax.extend.random import threefry_2x32
+
+from test_compiler_tilegen import _bit_exact, _compile, _exact
+from trnsim.compiler.tilegen.ranges import EXACT, Ranges, exact
+
+
+def _rotl(x: jax.Array, r: int) -> jax.Array:
+    return (x << jnp.uint32(r)) | (x >> jnp.uint32(32 - r))
+
+
+def _threefry(key: jax.Array, x0: jax.Array, x1: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Threefry-2x32 with 20 rounds, unrolled (JAX's own runs its rounds in a while loop)."""
+    k0, k1 = key[0], key[1]
+    ks = [k0, k1, k0 ^ k1 ^ jnp.uint32(0x1BD11BDA)]
+    x0, x1 = x0 + ks[0], x1 + ks[1]
+    for i in range(5):
+        for r in ((13, 15, 26, 6), (17, 29, 16, 24))[i % 2]:
+            x0 = x0 + x1
+            x1 = _rotl(x1, r) ^ x0
+        x0, x1 = x0 + ks[(i + 1) % 3], x1 + ks[(i + 2) % 3] + jnp.uint32(i + 1)
+    return x0, x1
+
+
+@settings(max_examples=4, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), n=st.integers(1, 300))
+def test_threefry_rounds_are_generated_and_bit_exact(seed: int, n: int) -> None:
+    """The unrolled rounds equal JAX's threefry, and their kernel gives them bit for bit (the sums wrap
+    modulo 2**32 far beyond 2**24)."""
+    rng = np.random.default_rng(seed)
+    key = rng.integers(0, 2**32, 2, dtype=np.uint64).astype(np.uint32)
+    x = rng.integers(0, 2**32, (2, n), dtype=np.uint64).astype(np.uint32)
+    want = np.asarray(threefry_2x32(key, x.reshape(-1)))
+    assert np.array_equal(np.concatenate([np.asarray(a) for a in _threefry(key, x[0], x[1])]), want)
+    recipes = _exact(_threefry, key, x[0], x[1])
+    assert sum(s[:2] == ("word", "add") for r in recipes for s in r.steps) >= 20
+
+
+@pytest.mark.parametrize("sampler", ["uniform", "bernoulli", "normal"])
+def test_jax_random_outside_its_rounds_is_generated_and_bit_exact(sampler: str) -> None:
+    """``jax.random``'s counter (a u64 iota times the row length plus a u64 iota, split into two u32 words:
+    computed as int32, every value below 2**24) and its floats (the top 23 bits or-ed with 1.0's, bit-cast to
+    f32, minus 1): every step but the threefry while loop's (unrolled above) is generated and exact."""
+    fns = {"uniform": lambda k: jax.random.uniform(k, (48, 130)),
+           "bernoulli": lambda k: jax.random.bernoulli(k, 0.9, (48, 130)),
+           "normal": lambda k: jax.random.normal(k, (48, 130))}
+    key = jax.random.key_data(jax.random.key(3))
+    program = _compile(lambda k: fns[sampler](jax.random.wrap_key_data(k)), key)
+    kinds = [s.kernel for s in program.plan.steps]
+    assert "control" in kinds and "fused_elementwise" not in kinds
+    for step in program.plan.steps:
+        for sub in step.sub:
+            assert all(s.kernel != "fused_elementwise" for s in sub.steps), [s.ops for s in sub.steps]
+    if sampler != "normal":               # (erf_inv's polynomial rounds as the interpreter's only within ulps)
+        _bit_exact(program, [np.asarray(key)])
+
+
+def test_32_bit_bitcasts_copy_the_bits_and_nextafter_is_exact() -> None:
+    """f32 ↔ u32 / i32 bitcasts (an integer ``or 0``: exact), and ``nextafter`` of f32, whose ±1 runs on bit
+    patterns far beyond 2**24: NaNs, infinities, signed zeros, subnormals, the largest finite."""
+    special = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-45, -1e-45, 3.4028235e38, -3.4028235e38, 1.0,
+                        -1.0, 1.1754944e-38, 0.1, -7.5, 1e10, 2.0**24], np.float32)
+    x, y = (m.reshape(16, 16) for m in np.meshgrid(special, special))
+    recipes = _exact(lambda x, y: (jnp.nextafter(x, y), jax.lax.bitcast_convert_type(x, jnp.uint32) >> 3,
+                                   jax.lax.bitcast_convert_type(jax.lax.bitcast_convert_type(y, jnp.int32) - 1,
+                                                                jnp.float32)), x, y)
+    assert any(s[0] == "bitcast" for r in recipes for s in r.steps)
+    assert any(s[0] == "word" for r in recipes for s in r.steps)
+
+
+def test_index_arithmetic_stays_one_instruction_per_op() -> None:
+    """Values bounded below 2**24 (iotas, their sums and products with small constants) keep the fp32
+    instructions: a row index times the row length plus the column, compared with an int32 input of any
+    value (fp32 rounding keeps the order against an exact operand)."""
+    labels = np.random.default_rng(0).integers(-2**31, 2**31, (64, 1), dtype=np.int64).astype(np.int32)
+    labels[::3] = 7
+
+    def f(labels: jax.Array) -> jax.Array:
+        index = jax.lax.broadcasted_iota(jnp.int32, (64, 100), 0) * 100 + jax.lax.broadcasted_iota(
+            jnp.int32, (64, 100), 1)
+        return (index % 100 == labels) | (index > labels)
+
+    (recipe,) = _exact(f, labels)
+    assert not any(s[0] == "word" for s in recipe.steps)
+
+
+@pytest.mark.parametrize("dtype", ["uint32", "int32"])
+def test_32_bit_division_and_remainder_are_exact_beyond_2_24(dtype: str) -> None:
+    """Every pair of edge values (INT_MIN / -1 wraps, x / 0 is all ones and x % 0 = x, divisors at and above
+    2**30, where the quotient is at most 3), and random quotients times random divisors plus 0, ±1, ±2 or
+    d - 1 (remainders at the boundaries the fp32 estimates must be corrected across); divisors that are
+    numbers too."""
+    info = np.iinfo(dtype)
+    lo, hi = int(info.min), int(info.max)
+    edges = np.array(sorted({lo, hi, lo + 1, 0, 1, 2, 3, 7, 255, 4095, 65535, 65536, 65537, 2**24 + 1, 2**30 - 1,
+                             2**30, 2**30 + 5, 2**31 - 1, hi // 3, 123456789, *((-1, -7, -2**30) if lo else ())}),
+                     np.int64)
+    a, b = (m.reshape(-1).astype(dtype) for m in np.meshgrid(edges, edges))
+    rng = np.random.default_rng(11)
+    d = rng.integers(lo, hi + 1, 4000, dtype=np.int64) >> rng.integers(0, 32, 4000)
+    n = (rng.integers(0, 2**32, 4000, dtype=np.int64) >> rng.integers(0, 33, 4000)) * d + \
+        rng.choice([0, 1, -1, 2, -2], 4000) + rng.choice([0, 1], 4000) * (d - 1)
+    n = np.where((n < lo) | (n > hi), rng.integers(lo, hi + 1, 4000, dtype=np.int64), n)
+    seven, big = jnp.asarray(7, dtype), jnp.asarray(1000003, dtype)
+    for x, y in ((a, b), (n.astype(dtype).reshape(40, 100), d.astype(dtype).reshape(40, 100))):
+        recipes = _exact(lambda a, b: (jax.lax.div(a, b), jax.lax.rem(a, b), jax.lax.div(a, seven),
+                                       jax.lax.rem(a, big), jax.lax.div(jnp.asarray(hi, dtype), b)), x, y)
+        assert {s[1] for r in recipes for s in r.steps if s[0] == "word"} == {"div", "rem"}
+
+
+def test_ranges_bound_the_values_of_jax_s_counter() -> None:
+    """The u64 counter of ``jax.random`` over a [256, 1024] shape: below 2**18, so computed as int32."""
+    program = _compile(lambda k: jax.random.bits(jax.random.wrap_key_data(k), (256, 1024)),
+                       np.asarray(jax.random.key_data(jax.random.key(0))))
+    nodes = program.graph.nodes
+    ranges = Ranges(nodes)
+    iotas = [n.out for n in nodes if n.op == "iota" and n.out.type.dtype == "ui64"]
+    assert iotas and all(exact(ranges.of(v)) for v in iotas)
+    sums = [n.out for n in nodes if n.op == "add" and n.out.type.dtype == "ui64"]
+    assert sums and all(ranges.of(v) == (0, 256 * 1024 - 1) for v in sums)
+    assert EXACT == 2**24
