@@ -277,3 +277,23 @@ def test_a_logaddexp_lookalike_and_narrow_floats_keep_the_analytic_cost() -> Non
     for program in (lookalike, narrow):
         node = next(n for n in program.graph.nodes if n.op == "reduce_window")
         assert poolgen.pool_for(node) is None
+
+
+def test_windows_much_taller_than_their_stride_load_a_band_in_one_dma() -> None:
+    """A 608-tap window of stride 3: every band's input rows overlap its neighbours' almost entirely, so each
+    band loads its rows in one DMA (a DMA per halo row of a run of bands would be ~600 per run: 77,000
+    one-element DMAs, and a minute of tracing). The kernel's result is the interpreter's, bit for bit."""
+    from trnsim.kernels.pool import reduce_window
+
+    def f(x: jax.Array) -> jax.Array:
+        return jax.lax.reduce_window(x, np.int8(127), jax.lax.min, (1, 608), (1, 3), ((0, 0), (2, 1)))
+
+    program = trnsim.compile(jax.jit(f).lower(jax.ShapeDtypeStruct((127, 1000), np.int8)), cache=False)
+    (step,) = _pool_steps(program)
+    assert step.instructions["dma"] < 2 * 127 + 200 and step.instructions["vector"] >= 608
+    for shape, size, stride, pad in [((9, 1000), (1, 608), (1, 3), ((0, 0), (2, 1))),
+                                     ((3, 260, 4), (1, 50, 1), (1, 3, 1), ((0, 0), (2, 2), (0, 0)))]:
+        x = np.random.default_rng(len(shape)).integers(-128, 128, shape).astype(np.int8)
+        want = np.asarray(jax.lax.reduce_window(x, np.int8(127), jax.lax.min, size, stride, pad))
+        got = np.asarray(reduce_window(x, size, stride, pad, op="min", dtype="int8"))
+        np.testing.assert_array_equal(got.reshape(want.shape).astype(np.int64), want.astype(np.int64))

@@ -157,6 +157,13 @@ def _move(tile: Tensor, hbm: Tensor, moves: list[Move], rows: int, step: int, ti
         first, count = run[0], len(run)
         nbytes = count * main * hbm.shape[2] * hbm.shape[3] * itemsize(hbm.dtype)
         pieces = max(1, min(MAX_PIECES, count, nbytes // PIECE_BYTES))
+        if count < pieces * (bool(main) + rows - main):
+            # NOTE: windows much taller than their stride (a 608-tap window, stride 3) overlap so much that a
+            # DMA per halo row would outnumber the bands: each band's rows, consecutive in HBM, in one DMA
+            for mv in run:
+                _dma(tile[mv.part : mv.part + 1, tile_row : tile_row + rows, cols, :],
+                     hbm[mv.n, mv.row : mv.row + rows], store)
+            continue
         for p0, pn in blocks(count, -(-count // pieces)):
             r0, part = first.row + p0 * step, first.part + p0
             if main:    # ``step`` rows of each band: consecutive in HBM, one reshape DMA
