@@ -132,3 +132,18 @@ def test_ranges_bound_the_values_of_jax_s_counter() -> None:
     sums = [n.out for n in nodes if n.op == "add" and n.out.type.dtype == "ui64"]
     assert sums and all(ranges.of(v) == (0, 256 * 1024 - 1) for v in sums)
     assert EXACT == 2**24
+
+
+def test_clamp_with_bounds_out_of_order_and_immediate_operands() -> None:
+    """``clamp(lo, x, hi)`` is ``min(max(x, lo), hi)``: with ``lo > hi`` the result is ``hi`` (found by a
+    fuzzer: the interval was ``max(min(x, hi), lo)``'s); a constant ``x`` and ``lo`` (both immediates) fold
+    before the word form's ``min``."""
+    x = np.random.default_rng(0).integers(-2**31, 2**31, (200,), dtype=np.int64).astype(np.int32)
+
+    def f(x: jax.Array) -> tuple[jax.Array, ...]:
+        iota = jax.lax.broadcasted_iota(jnp.int32, (200,), 0)
+        full = lambda v: jnp.full((200,), v, jnp.int32)  # noqa: E731
+        return (jax.lax.clamp(full(-27634652), full(2), iota), jax.lax.clamp(full(28844485), full(4), iota),
+                jax.lax.clamp(full(0), full(0), x), jax.lax.clamp(x, full(7), x // 3))
+
+    _exact(f, x)

@@ -609,7 +609,8 @@ class _Builder:
             op, operands = "sub", (("imm", 0.0), operands[0])
         elif node.op == "clamp":                         # min(max(x, lo), hi)
             lo, x, hi = operands
-            low = self.push(("word", "max", (x, lo), dt), _combine({self.kind(r) for r in (x, lo) if r[0] != "imm"}))
+            low = ("imm", max(x[1], lo[1])) if x[0] == lo[0] == "imm" else \
+                self.push(("word", "max", (x, lo), dt), _combine({self.kind(r) for r in (x, lo) if r[0] != "imm"}))
             op, operands = "min", (low, hi)
         elif node.op == "abs":                           # x < 0 ? 0 - x : x (the compare with 0 exact in fp32)
             (x,) = operands

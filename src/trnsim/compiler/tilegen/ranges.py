@@ -167,8 +167,8 @@ def _reduce(node: Node, args: list[Interval]) -> Interval | None:
 
 
 def _clamp(node: Node, args: list[Interval]) -> Interval:
-    lo, x, hi = args
-    return max(min(x[0], hi[1]), lo[0]), min(max(x[1], lo[0]), hi[1])
+    lo, x, hi = args                    # min(max(x, lo), hi), as StableHLO has it (lo > hi gives hi)
+    return min(max(x[0], lo[0]), hi[0]), min(max(x[1], lo[1]), hi[1])
 
 
 _RULES: dict[str, Callable[[Node, list[Interval]], Interval | None]] = {
