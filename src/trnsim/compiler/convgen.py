@@ -33,14 +33,14 @@ from typing import TYPE_CHECKING, Any
 from trnsim.compiler.costs import StepCost
 from trnsim.compiler.kernel_timing import TileTime, extrapolate, linear_fit, time_kernel
 from trnsim.ir.graph import Node
+from trnsim.ir.types import FLOATS, INTS, isa_dtypes
 
 if TYPE_CHECKING:
     from trnsim.kernels.conv import Geometry
 
 # StableHLO element types of the operands and results the kernel takes, as ISA dtypes (integers multiply in a
 # float format on TensorE: ``conv.tensor_format``)
-DSL_DTYPE = {"f32": "fp32", "bf16": "bf16", "f16": "fp16", "f8E4M3FN": "fp8_e4m3", "f8E5M2": "fp8_e5m2",
-             "i8": "int8", "ui8": "uint8", "i16": "int16", "ui16": "uint16", "i32": "int32", "ui32": "uint32"}
+DSL_DTYPE = isa_dtypes(*FLOATS, "f8E4M3FN", "f8E5M2", *INTS)
 SAMPLE_IMAGES = 8
 PARTITIONS = 128
 

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from trnsim.compiler.kernel_timing import OnDemand
 from trnsim.ir.graph import Node, Value
+from trnsim.ir.types import FLOATS, INTS, isa_dtypes
 from trnsim.isa.dtypes import get_dtype
 
 if TYPE_CHECKING:
@@ -37,8 +38,7 @@ if TYPE_CHECKING:
 
 QUEUES = 16
 FILL_COLS = 4096          # the constant tile a pad fills from: [128, 4096] elements of the tensor's dtype
-DSL_DTYPE: dict[str, str] = {"f32": "fp32", "bf16": "bf16", "f16": "fp16", "i32": "int32", "ui32": "uint32",
-                             "i16": "int16", "ui16": "uint16", "i8": "int8", "ui8": "uint8"}
+DSL_DTYPE: dict[str, str] = isa_dtypes(*FLOATS, *INTS)
 EXACT = 2**24          # the ALU computes in fp32 (isa.ops): integer addresses below this are exact
 MAX_PICK_TILES = 1024  # row tiles of one pick kernel; beyond this the step keeps the analytic cost
 PICK_DEPTH = 8         # tiles whose addresses (and gathers) are issued ahead: the sync engine issues DMAs in order

@@ -49,9 +49,10 @@ import numpy as np
 from trnsim.compiler.intmath import ARITH, KIND, PICKS
 from trnsim.compiler.kernel_timing import OnDemand, TileTime, time_kernel
 from trnsim.ir.graph import Node, Value
+from trnsim.ir.types import INTS, isa_dtypes
 from trnsim.isa.dtypes import get_dtype, int_range
 
-DSL_DTYPE = {"i8": "int8", "ui8": "uint8", "i16": "int16", "ui16": "uint16", "i32": "int32", "ui32": "uint32"}
+DSL_DTYPE = isa_dtypes(*INTS)
 COMBINERS = {"add": "add", "maximum": "max", "minimum": "min", "multiply": "mul"}
 # the forms this kernel takes (the others have a kernel: tilegen's reduce, poolgen's pool for 8/16-bit windows)
 WINDOW_OPS: dict[str, frozenset[str]] = {"mul": frozenset(KIND), "add": frozenset({"int32", "uint32"}),

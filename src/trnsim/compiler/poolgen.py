@@ -37,14 +37,15 @@ from trnsim.compiler.kernel_timing import TileTime, extrapolate, linear_fit, tim
 from trnsim.dsl.errors import KernelError
 from trnsim.ir.graph import Graph, Node, Value
 from trnsim.ir.semantics.reduce import simple_combiner
+from trnsim.ir.types import FLOATS, isa_dtypes
 from trnsim.kernels.pool import FLAT, Depth
 
-DSL_DTYPE = {"f32": "fp32", "bf16": "bf16", "f16": "fp16"}
+DSL_DTYPE = isa_dtypes(*FLOATS)
 # NOTE: VectorE computes in fp32, exact for integers of up to 16 bits: their max and min, their sums (made in
 # int32 and wrapped as StableHLO's: ``kernels.pool.WRAP``) and their select_and_scatter run as the kernels
 # too; the init is then the type's limit, not ±inf (padding with it)
-EXACT_INTS = {"i8": "int8", "ui8": "uint8", "i16": "int16", "ui16": "uint16"}
-SPLIT_INTS = {"i32": "int32", "ui32": "uint32"}    # select_and_scatter only (module docstring)
+EXACT_INTS = isa_dtypes("i8", "ui8", "i16", "ui16")
+SPLIT_INTS = isa_dtypes("i32", "ui32")              # select_and_scatter only (module docstring)
 COMPARE_TYPE = {"i8": "SIGNED", "i16": "SIGNED", "ui8": "UNSIGNED", "ui16": "UNSIGNED", "i32": "SIGNED",
                 "ui32": "UNSIGNED"}    # else FLOAT
 REDUCE_OP = {"add": "add", "maximum": "max", "minimum": "min", "multiply": "mul"}  # body → pool_kernel op

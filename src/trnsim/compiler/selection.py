@@ -35,11 +35,11 @@ from typing import Any
 
 from trnsim.compiler.kernel_timing import TileTime, extrapolate, linear_fit, time_kernel
 from trnsim.ir.graph import Graph, Node
+from trnsim.ir.types import FLOATS, INTS, isa_dtypes
 
-DSL_DTYPE = {"f32": "fp32", "bf16": "bf16", "f16": "fp16"}
+DSL_DTYPE = isa_dtypes(*FLOATS)
 # the dtypes the top-k kernel orders exactly (32-bit integers as two halves) → DSL dtype
-TOPK_DTYPES = {**DSL_DTYPE, "i32": "int32", "ui32": "uint32", "i16": "int16", "ui16": "uint16", "i8": "int8",
-               "ui8": "uint8", "i1": "uint8"}  # a bool is its byte, 0 or 1: false < true as unsigned bytes
+TOPK_DTYPES = {**isa_dtypes(*FLOATS, *INTS), "i1": "uint8"}  # a bool is its byte: false < true as unsigned bytes
 PARTITIONS = 128
 SAMPLE_TILES = 16
 
@@ -263,8 +263,7 @@ def _arg_timed(target: str, arg: ArgMax) -> TileTime:
 
 # the dtypes the sort kernel's levels hold exactly (32-bit integers as two halves) → DSL dtype; 64-bit types,
 # complex numbers and booleans keep the analytic cost
-SORT_DTYPES = {"f32": "fp32", "bf16": "bf16", "f16": "fp16", "i32": "int32", "ui32": "uint32", "i16": "int16",
-               "ui16": "uint16", "i8": "int8", "ui8": "uint8"}
+SORT_DTYPES = isa_dtypes(*FLOATS, *INTS)
 FLOAT_TYPES = ("f32", "bf16", "f16")
 SAMPLE_POSITIONS = 65536   # positions of a row a partition the sort kernel's samples cover at most
 # NOTE: the sort kernel puts rows on partitions (one row a partition, short rows several): a sort of fewer rows than

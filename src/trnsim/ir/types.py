@@ -81,6 +81,20 @@ for _d in DTYPES.values():
     _BY_NUMPY.setdefault(_d.np_dtype, _d)
 
 
+# element type → the ISA dtype (``isa.dtypes``) an engine holds its values in, for the types kernels take; each
+# kernel's compiler module picks the ones it computes exactly (``isa_dtypes``)
+ISA_DTYPE: dict[str, str] = {"f32": "fp32", "bf16": "bf16", "f16": "fp16", "f8E4M3FN": "fp8_e4m3",
+                             "f8E5M2": "fp8_e5m2", "i8": "int8", "ui8": "uint8", "i16": "int16", "ui16": "uint16",
+                             "i32": "int32", "ui32": "uint32"}
+FLOATS = ("f32", "bf16", "f16")                     # the engines' arithmetic float types
+INTS = ("i8", "ui8", "i16", "ui16", "i32", "ui32")  # and integer types
+
+
+def isa_dtypes(*names: str) -> dict[str, str]:
+    """``ISA_DTYPE`` for these element types only."""
+    return {n: ISA_DTYPE[n] for n in names}
+
+
 def dtype(name: str) -> DType:
     """The element type called ``name`` (StableHLO spelling); KeyError if trnsim has never heard of it."""
     return DTYPES[name]

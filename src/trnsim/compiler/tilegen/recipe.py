@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from trnsim.ir import types as ir_types
+
 PARTITIONS = 128
 TILE_COLS = 512           # 2 KiB of fp32 per partition per tile: efficient DMA (neuron.md §1.2), many in flight
 PREFETCH = 4             # blocks loaded ahead of the one being computed (rows in chunks; else ``pipeline``)
@@ -36,8 +38,7 @@ ZERO_SIGNED: frozenset[str] = frozenset({"sin", "tan", "arctan", "log1p", "expm1
                                          "rsqrt"})
 CMP: dict[str, str] = {"EQ": "eq", "NE": "ne", "GT": "gt", "GE": "ge", "LT": "lt", "LE": "le"}
 # i1 masks are 0/1 bytes; integers compute exactly through VectorE's fp32 below 2**24
-DSL_DTYPE: dict[str, str] = {"f32": "fp32", "bf16": "bf16", "f16": "fp16", "i1": "uint8", "i8": "int8", "i16": "int16",
-                             "i32": "int32", "ui8": "uint8", "ui16": "uint16", "ui32": "uint32"}
+DSL_DTYPE: dict[str, str] = {**ir_types.isa_dtypes(*ir_types.FLOATS, *ir_types.INTS), "i1": "uint8"}
 # integer element type → the DSL dtype of its bits read unsigned. StableHLO integers wrap modulo 2**bits where an
 # ISA write saturates (sim.values), so a result that may leave its type's range is made in int32 and its low
 # bits kept by an integer ``and`` into this twin (a ``wrap`` step, bitcast back to a signed type): exact while
@@ -85,28 +86,27 @@ Step = tuple[str, str, tuple[Ref, ...], str]    # (kind, op, operands, DSL out d
 class Recipe:
     """What a generated kernel computes: hashable, so traced kernels and their times are cached.
 
-    ``cols == 0``: the flat layout, ``[128, N / 128]`` in column tiles. ``cols > 0``: the row layout,
-    ``[N / cols, cols]`` in tiles of 128 rows, each in passes over chunks of ``chunk`` columns when ``chunk > 0``
-    (rows longer than ``MAX_ROW``; ``chunked``). Input kinds: ``full`` (a tile per block), ``row`` (a ``[rows, 1]``
-    column per block), ``mid`` (a ``[rows, inner]`` tile per block: a middle-axis reduction's width), ``red`` (a
-    ``[P, W]`` tile loaded after the loop, next to a leading-axis result), ``scalar`` (one ``[128, 1]`` column),
-    ``vec`` / ``per`` (a ``[1, cols]`` / ``[P, cols]`` table repeated down the rows), ``rep`` / ``rep_row`` (an
-    ``[O, I]`` table broadcast along middle axes: each of its rows, ``I / w`` rows of the space of ``w = cols``
-    elements (``rep``: a tile per block) or of one (``rep_row``: a column per block), repeated ``repeats[i]``
-    times; ``repeat_runs``). Step kinds: ``alu``, ``act``,
-    ``copy``, ``select``, ``wrap`` (op: the unsigned twin of the result's width, ``WRAP``: the operand's low bits
-    read as the result's dtype), ``bitcast`` (op: the unsigned type of the width, ``BITS``), ``word`` (exact
-    integer arithmetic beyond 2**24, op: ``intmath.word``'s), ``reduce`` (free axis), ``middle`` (op over the middle axis of each row viewed
-    ``[count, inner]``; operands: the value and ``count``), ``mx`` (an MX quantize-dequantize; op: the element
-    format, operands: the value and 0 for blocks along a row, 1 for blocks down 32 rows), ``group`` (an int4
-    quantize-dequantize with an fp32 scale per 32 elements, operands as ``mx``), ``scaled`` (a per-tensor scaled
-    quantize-dequantize, op: the element format; phase ``late``), ``const`` (a memset tile), ``iota`` (op: its
-    ``iota_form``; operands: the axis's stride and size in elements), ``lead`` (operands: the value, ``P`` and,
-    for a sum folded onto PSUM partitions, its strips' columns (``lead_strips``); the ``[P, W]`` leading-axis
-    reduction: sums on TensorE, maxima and minima in a running VectorE tile). ``phases`` says when each step
-    runs: ``pre`` (once, before the tile loop), ``block``, ``post`` (once, after it), ``late`` (per tile again,
-    after it). Output kinds: ``full``, ``row``, ``mid``, ``sc`` (a scalar, or a vector of one
-    repeated scalar, from a column), ``red`` (a leading-axis result)."""
+    ``cols == 0``: the flat layout, ``[128, N / 128]`` in column tiles. ``cols > 0``: the row layout, ``[N / cols,
+    cols]`` in tiles of 128 rows, each in passes over chunks of ``chunk`` columns when ``chunk > 0`` (rows longer
+    than ``MAX_ROW``; ``chunked``). Input kinds: ``full`` (a tile per block), ``row`` (a ``[rows, 1]`` column per
+    block), ``mid`` (a ``[rows, inner]`` tile per block: a middle-axis reduction's width), ``red`` (a ``[P, W]``
+    tile loaded after the loop, next to a leading-axis result), ``scalar`` (one ``[128, 1]`` column), ``vec`` /
+    ``per`` (a ``[1, cols]`` / ``[P, cols]`` table repeated down the rows), ``rep`` / ``rep_row`` (an ``[O, I]``
+    table broadcast along middle axes: each of its rows, ``I / w`` rows of the space of ``w = cols`` elements
+    (``rep``: a tile per block) or of one (``rep_row``: a column per block), repeated ``repeats[i]`` times;
+    ``repeat_runs``). Step kinds: ``alu``, ``act``, ``copy``, ``select``, ``wrap`` (op: the unsigned twin of the
+    result's width, ``WRAP``: the operand's low bits read as the result's dtype), ``bitcast`` (op: the unsigned type
+    of the width, ``BITS``), ``word`` (exact integer arithmetic beyond 2**24, op: ``intmath.word``'s), ``reduce``
+    (free axis), ``middle`` (op over the middle axis of each row viewed ``[count, inner]``; operands: the value and
+    ``count``), ``mx`` (an MX quantize-dequantize; op: the element format, operands: the value and 0 for blocks
+    along a row, 1 for blocks down 32 rows), ``group`` (an int4 quantize-dequantize with an fp32 scale per 32
+    elements, operands as ``mx``), ``scaled`` (a per-tensor scaled quantize-dequantize, op: the element format;
+    phase ``late``), ``const`` (a memset tile), ``iota`` (op: its ``iota_form``; operands: the axis's stride and
+    size in elements), ``lead`` (operands: the value, ``P`` and, for a sum folded onto PSUM partitions, its strips'
+    columns (``lead_strips``); the ``[P, W]`` leading-axis reduction: sums on TensorE, maxima and minima in a
+    running VectorE tile). ``phases`` says when each step runs: ``pre`` (once, before the tile loop), ``block``,
+    ``post`` (once, after it), ``late`` (per tile again, after it). Output kinds: ``full``, ``row``, ``mid``, ``sc``
+    (a scalar, or a vector of one repeated scalar, from a column), ``red`` (a leading-axis result)."""
 
     elements: int
     inputs: tuple[tuple[str, str], ...]                         # (DSL dtype, kind)
