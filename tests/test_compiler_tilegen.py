@@ -1271,3 +1271,13 @@ def test_an_integer_column_stored_whole_keeps_every_bit() -> None:
     x = np.arange(300 * 40, dtype=np.int32).reshape(300, 40)
     c = (np.arange(300, dtype=np.int64) * 7919 + 2**30 + 1).astype(np.int32)
     _exact(lambda x, c: (x + 1, jnp.broadcast_to(c[:, None], x.shape) + 0), x, c)
+
+
+def test_float_maxima_and_minima_of_signed_zeros_are_ieee_s() -> None:
+    """``max(+0, -0) = +0`` and ``min(+0, -0) = -0`` in either order (the ALU returns its second operand on
+    ties; a fuzzer found ``max(x, -0.0)`` of +0 giving -0): an immediate zero goes where it wins the tie, two
+    tiles are taken in both orders where the result is a zero."""
+    values = np.array([0.0, -0.0, 1.5, -2.0, np.inf, -np.inf, np.nan, 1e-45], np.float32)
+    a, b = (m.reshape(4, 16) for m in np.meshgrid(values, values))
+    _exact(lambda a, b: (jnp.maximum(a, b), jnp.minimum(a, b), jnp.maximum(a, -0.0), jnp.minimum(a, 0.0),
+                         jnp.maximum(0.0, a), jnp.minimum(-0.0, a), jnp.maximum(a, 2.0)), a, b)

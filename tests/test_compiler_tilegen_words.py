@@ -147,3 +147,37 @@ def test_clamp_with_bounds_out_of_order_and_immediate_operands() -> None:
                 jax.lax.clamp(full(0), full(0), x), jax.lax.clamp(x, full(7), x // 3))
 
     _exact(f, x)
+
+
+def test_fuzzer_found_integer_cases() -> None:
+    """A compare of -2**24 (exact) with -2**24 - 1 (which fp32 rounds onto it) takes the word form; an
+    arithmetic shift of negative values by varying amounts moves toward -1 (its interval's corners); an 8-bit
+    sum over a middle axis folds in int32 and wraps (its folds in int8 saturated at 127)."""
+    x = np.array([-2**24 - 1, -2**24, -2**24 + 1, 2**24 + 1, 2**24, 5, -7, 0] * 16, np.int32).reshape(8, 16)
+    small = np.arange(-64, 64, dtype=np.int8).reshape(8, 16)
+
+    def f(x: jax.Array, small: jax.Array) -> tuple[jax.Array, ...]:
+        iota = jax.lax.broadcasted_iota(jnp.int32, (8, 16), 1) % 8
+        return (jnp.where(jnp.int32(-2**24) <= x, iota, x), x < jnp.int32(2**24),
+                jax.lax.shift_right_arithmetic(jnp.minimum(jnp.int32(-2), x), iota))
+
+    _exact(f, x, small)
+    y = np.full((3, 4, 128), 100, np.int8)
+    y[2, :, -1] = [127, 127, 100, 90]
+    (recipe,) = _exact(lambda y: jnp.sum(y, axis=1, keepdims=True, dtype=jnp.int8), y)
+    assert any(s[0] == "middle" and s[3] == "int32" for s in recipe.steps)
+    # an int8 iota of 200 wraps (128 → -128; the iota's int32 index written to int8 saturated at 127)
+    _exact(lambda z: jax.lax.broadcasted_iota(jnp.int8, (200,), 0) + z, np.arange(200).astype(np.int8))
+
+
+def test_a_64_bit_value_beyond_int32_keeps_the_analytic_cost() -> None:
+    """``min(u64 iota, 2**64 - 1)`` is bounded by the iota, but its constant operand is not an int32: no
+    64-bit datapath, so the step keeps the analytic cost (a fuzzer found it crashing the word form)."""
+    jax.config.update("jax_enable_x64", True)
+    try:
+        program = _compile(lambda z: jnp.minimum(jax.lax.broadcasted_iota(jnp.uint64, (200,), 0),
+                                                 jnp.uint64(2**64 - 1)).astype(jnp.uint16) + z,
+                           np.zeros(200, np.uint16))
+    finally:
+        jax.config.update("jax_enable_x64", False)
+    assert "fused_elementwise" in [s.kernel for s in program.plan.steps]

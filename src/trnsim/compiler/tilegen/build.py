@@ -430,15 +430,20 @@ class _Builder:
             return None
         invariant = self.cols > 0 and ((PARTITIONS * self.cols) % period == 0 or self.rows <= PARTITIONS)
         form = iota_form(stride, target[axis], self.cols)
-        return self.push(("iota", form, (("imm", float(stride)), ("imm", float(target[axis]))), dtype),
-                         "vec" if invariant else "full")
+        out = self.ir_dtype(node.out)
+        wraps = out in INT_RANGE and target[axis] - 1 > INT_RANGE[out][1]   # an int8 iota of 200: 128 → -128
+        kind = "vec" if invariant else "full"
+        ref = self.push(("iota", form, (("imm", float(stride)), ("imm", float(target[axis]))),
+                         "int32" if wraps else dtype), kind)
+        return self.push(("wrap", WRAP[out], (ref,), dtype), kind) if wraps else ref
 
     # ---- ops -------------------------------------------------------------------------------------------
     def apply(self, node: Node, operands: tuple[Ref, ...]) -> Ref | None:
         """The step computing elementwise ``node`` on ``operands`` (or an alias), or None."""
         out_t, out = node.out.type, self.ir_dtype(node.out)
-        if out not in DSL_DTYPE:
-            return None
+        if out not in DSL_DTYPE or any(u.type.dtype in ("i64", "ui64") and self.ir_dtype(u) != "i32"
+                                       for u in node.inputs):
+            return None                  # (a 64-bit value outside int32's range: no 64-bit datapath)
         dt = DSL_DTYPE[out]
         kinds = [self.kind(o) for o in operands]
         tiles = {k for k in kinds if k != "imm"}
@@ -494,6 +499,8 @@ class _Builder:
             if result not in ("full", "vec", "col", "sc"):
                 return None
             return composed(self, operands, out, result)
+        if node.op in ("maximum", "minimum") and out in FLOATS and result in ("full", "vec", "col", "sc"):
+            return self.float_extreme(ALU[node.op], operands, dt, result)
         wraps = out in WRAPPING.get(node.op, ())
         if wraps and result not in ("full", "vec", "col", "sc"):
             return None
@@ -570,6 +577,29 @@ class _Builder:
         if result == "red":
             self.red_shape[ref] = next(self.red_shape[o] for o in operands if o[0] != "imm" and self.kind(o) == "red")
         return self.push(("wrap", WRAP[out], (ref,), dt), result) if wraps else ref
+
+    def float_extreme(self, op: str, operands: tuple[Ref, ...], dt: str, result: str) -> Ref:
+        """IEEE-754 ``max`` / ``min`` of floats, as the interpreter has them: ``max(+0, -0) = +0``, ``min(+0, -0)
+        = -0``. The ALU returns its second operand on ties (isa.ops: numpy's), so an immediate zero goes second
+        when it is the one that wins the tie (+0 for max, -0 for min) and first otherwise; two tiles are taken in
+        both orders where the result is a zero: ``max`` adds the two (+0 unless both are -0), ``min`` negates the
+        sum of their negations (``intmath.ieee``'s rule). NaN propagates in every form."""
+        a, b = operands
+        if a[0] == "imm":
+            a, b = b, a
+        if b[0] == "imm":
+            winner = float(np.copysign(0.0, 1.0 if op == "max" else -1.0))
+            if b[1] != 0.0 or np.signbit(b[1]) == np.signbit(winner):
+                return self.push(("alu", op, (a, b), dt), result)
+            return self.push(("alu", op, (b, a), dt), result)
+        first = self.push(("alu", op, (a, b), "fp32"), result)
+        second = self.push(("alu", op, (b, a), "fp32"), result)
+        if op == "max":
+            zero = self.push(("alu", "add", (first, second), "fp32"), result)
+        else:
+            negated = self.push(("alu", "sub", (self.alu("mul", first, -1.0, "fp32", result), second), "fp32"), result)
+            zero = self.alu("mul", negated, -1.0, "fp32", result)
+        return self.push(("select", "select", (self.alu("eq", first, 0.0, "uint8", result), zero, first), dt), result)
 
     def integer_form(self, node: Node, out: str) -> str | None:
         """How elementwise ``node`` computes its integers exactly (``ranges``): ``fp32`` (its ALU instructions:
@@ -754,6 +784,11 @@ class _Builder:
                         (op == "multiply" and node.out.type.dtype in WRAPPING["multiply"]):
                     return None          # (its folds write the narrow type: a product would saturate, not wrap)
                 self.inner = inner
+                if op == "add" and node.out.type.dtype in WRAPPING["add"]:
+                    # a narrow sum folds in int32 (exact: ``ranges`` bounds it) and wraps once (a fuzzer found
+                    # 8-bit folds saturating at 127)
+                    summed = self.push(("middle", "add", (src, ("imm", float(count))), "int32"), "mid")
+                    return self.push(("wrap", WRAP[node.out.type.dtype], (summed,), dt), "mid")
                 return self.push(("middle", REDUCE[op], (src, ("imm", float(count))), dt), "mid")
             last = (r - 1) in dims or not self.cols
             if last:

@@ -20,7 +20,9 @@ import numpy as np
 
 from trnsim.ir.graph import Node, Value
 
-EXACT = 1 << 24          # integers of magnitude up to this are exact in fp32 (24-bit significand)
+EXACT = 1 << 24          # integers of magnitude below this are exact in fp32 (24-bit significand), and no value
+                         # beyond it rounds onto one of them (2**24 + 1 rounds to 2**24: a compare with it
+                         # would tie)
 Interval = tuple[int, int]
 
 # integer element type → its bits and whether it is signed (i1: a 0/1 mask)
@@ -40,8 +42,8 @@ def type_range(dtype: str) -> Interval:
 
 
 def exact(r: Interval | None) -> bool:
-    """Whether every integer of ``r`` is exact in fp32."""
-    return r is not None and r[0] >= -EXACT and r[1] <= EXACT
+    """Whether every integer of ``r`` is exact in fp32, and no integer outside rounds to one of them."""
+    return r is not None and r[0] > -EXACT and r[1] < EXACT
 
 
 class Ranges:
@@ -125,16 +127,17 @@ def _shift_left(node: Node, args: list[Interval]) -> Interval | None:
 
 
 def _shift_right(node: Node, args: list[Interval]) -> Interval | None:
+    # monotone in the value, and in the amount (down for values >= 0, up for negative ones under an arithmetic
+    # shift): the extremes are at the corners, amounts capped where the result stops changing
     x, s = args
     bits = _TYPES[node.out.type.dtype][0]
-    if s[0] < 0:
-        return None
     arithmetic = node.op == "shift_right_arithmetic"
+    if s[0] < 0 or (x[0] < 0 and not arithmetic):
+        return None                     # (a logical shift reads a negative value's bits unsigned)
     if arithmetic and node.out.type.dtype.startswith("ui") and x[1] >> (bits - 1):
         return None                     # the top bit read as a sign: all ones may come out
-    if x[0] < 0:                        # logical: the bits read unsigned; arithmetic: toward -inf
-        return (x[0] >> min(s[0], bits - 1), x[1] >> s[0]) if arithmetic else None
-    return (0 if s[1] >= bits else x[0] >> s[1]), x[1] >> min(s[0], bits)
+    cap = bits - 1 if arithmetic else bits
+    return _span([v >> min(a, cap) for v in x for a in s])
 
 
 def _divide(node: Node, args: list[Interval]) -> Interval | None:
