@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from jax.extend.random import threefry_2x32
 
+import trnsim
 from test_compiler_tilegen import _bit_exact, _compile, _exact
 from trnsim.compiler.tilegen.ranges import EXACT, Ranges, exact
 
@@ -181,3 +182,19 @@ def test_a_64_bit_value_beyond_int32_keeps_the_analytic_cost() -> None:
     finally:
         jax.config.update("jax_enable_x64", False)
     assert "fused_elementwise" in [s.kernel for s in program.plan.steps]
+
+
+def test_integer_reductions_without_an_exact_fp32_form_are_their_own_kernel() -> None:
+    """A 32-bit sum or maximum of values that may pass 2**24, or an integer product, is not fused with the
+    elementwise ops before it (the group would keep the analytic cost): those are generated, the reduction is
+    the ``int_reduce`` kernel; a sum of a 0/1 mask is bounded and stays fused."""
+    shape = jax.ShapeDtypeStruct((64, 100), np.int32)
+    cases = {lambda x: jnp.sum(x * 3 + 1, axis=1, dtype=jnp.int32): ["generated_elementwise", "int_reduce"],
+             lambda x: jnp.prod(x + 1, axis=0, dtype=jnp.int32): ["generated_elementwise", "int_reduce"],
+             lambda x: jnp.max(x ^ 5, axis=1): ["generated_elementwise", "int_reduce"],
+             lambda x: jnp.sum((x > 0).astype(jnp.int32), axis=1): ["generated_elementwise"]}
+    x = np.random.default_rng(0).integers(-2**31, 2**31, (64, 100), dtype=np.int64).astype(np.int32)
+    for fn, kernels in cases.items():
+        program = trnsim.compile(jax.jit(fn).lower(shape), cache=False)
+        assert [s.kernel for s in program.plan.steps] == kernels
+        np.testing.assert_array_equal(np.asarray(program.run(x)[0]), np.asarray(jax.jit(fn)(x)))

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from trnsim.compiler.pipeline import PassContext
+from trnsim.compiler.tilegen.ranges import Ranges, exact
 from trnsim.ir.graph import Graph, Node, Value, free_values
 from trnsim.ir.rules import lookup
 from trnsim.ir.semantics.reduce import simple_combiner
@@ -41,13 +42,27 @@ def _has_reduce(group: Group) -> bool:
     return any(n.op == "reduce" for n in group.nodes)
 
 
-def _fusible(node: Node) -> bool:
+def _fusible(node: Node, ranges: Ranges) -> bool:
     if node.regions:
-        return node.op == "reduce" and len(node.inputs) == 2 and simple_combiner(node.regions[0]) is not None
+        op = simple_combiner(node.regions[0]) if node.op == "reduce" and len(node.inputs) == 2 else None
+        return op is not None and not _exact_only_alone(node, op, ranges)
     if node.op in _VIEW:
         return True
     kind = lookup(node.op, where=node.loc).kind
     return kind == "elementwise"
+
+
+def _exact_only_alone(node: Node, op: str, ranges: Ranges) -> bool:
+    """An integer reduction the tile code cannot make exactly in fp32 (a product, or a 32-bit sum or extreme of
+    values that may pass 2**24: ``tilegen.ranges``), which the ``int_reduce`` kernel computes as a group of its
+    own; fused, the group would keep the analytic cost."""
+    dtype = node.inputs[0].type.dtype
+    if dtype not in ("i8", "ui8", "i16", "ui16", "i32", "ui32"):
+        return False
+    if op == "multiply":
+        return True
+    return dtype in ("i32", "ui32") and op in ("add", "maximum", "minimum") and \
+        not exact(ranges.unwrapped(node) if op == "add" else ranges.of(node.inputs[0]))
 
 
 def fuse(graph: Graph, ctx: PassContext) -> Graph:
@@ -65,6 +80,7 @@ def fuse(graph: Graph, ctx: PassContext) -> Graph:
         uses[v.id] = uses.get(v.id, 0) + 1
 
     readers: dict[int, set[int]] = {}      # group id → ids of the groups that read its values
+    ranges = Ranges(graph.nodes)            # integer intervals (``_exact_only_alone``)
 
     def add(node: Node, group: Group) -> None:
         group.nodes.append(node)
@@ -108,7 +124,7 @@ def fuse(graph: Graph, ctx: PassContext) -> Graph:
         if node.op in _VIEW and not producers and not node.regions and len(node.outputs) == 1:
             pending[node.out.id] = node
             continue
-        fusible = _fusible(node)
+        fusible = _fusible(node, ranges)
         target: Group | None = None
         if fusible and producers:
             for g in sorted({g.gid: g for g in producers}.values(), key=lambda g: -g.gid):
