@@ -169,6 +169,9 @@ def test_fuzzer_found_integer_cases() -> None:
     assert any(s[0] == "middle" and s[3] == "int32" for s in recipe.steps)
     # an int8 iota of 200 wraps (128 → -128; the iota's int32 index written to int8 saturated at 127)
     _exact(lambda z: jax.lax.broadcasted_iota(jnp.int8, (200,), 0) + z, np.arange(200).astype(np.int8))
+    # a 32-bit constant tile beyond 2**24 is made exactly (a memset rounded 2**31 - 1 to 2**31)
+    _exact(lambda: jax.lax.broadcasted_iota(jnp.uint32, (3, 4, 128), 2) +
+           jnp.min(jnp.full((3, 4, 128), jnp.uint32(2**31 - 1)), axis=2, keepdims=True))
 
 
 def test_a_64_bit_value_beyond_int32_keeps_the_analytic_cost() -> None:

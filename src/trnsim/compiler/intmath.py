@@ -234,13 +234,13 @@ def select_bits(old: Any, new: Any, pick: Any, dt: str | None = None) -> Any:
     return op2(op2(diff, mask, "and", dtype), old, "xor", dtype)
 
 
-def _word_tile(value: float, like: Any, dt: str) -> Any:
-    """A tile of ``like``'s shape holding the 32-bit integer ``value`` (its value in ``dt``), made exactly: a
-    memset rounds through fp32 (isa Memset), so the halves are set and joined by bitwise ops."""
+def word_tile(value: float, shape: tuple[int, ...], dt: str) -> Any:
+    """A tile of ``shape`` holding the 32-bit integer ``value`` (its value in ``dt``), made exactly: a memset
+    rounds through fp32 (isa Memset), so the halves are set and joined by bitwise ops."""
     from trnsim import dsl
 
     v = int(value) & 0xFFFFFFFF
-    high = dsl.full(like.shape, float(v >> 16), "uint32")
+    high = dsl.full(shape, float(v >> 16), "uint32")
     out = dsl.tensor_scalar(high, "shl", 16.0, "or", float(v & 65535), dtype="uint32")
     return out if dt == "uint32" else out.bitcast(dt)
 
@@ -292,9 +292,9 @@ def divide_words(a: Any, b: Any, dt: str) -> tuple[Any, Any]:
     from trnsim import dsl
 
     if _number(a):
-        a = _word_tile(a, b, dt)
+        a = word_tile(a, b.shape, dt)
     if _number(b):
-        b = _word_tile(b, a, dt)
+        b = word_tile(b, a.shape, dt)
     if dt == "uint32":
         n, d, signs = a, b, None
     else:

@@ -323,7 +323,12 @@ def compute(dsl: Any, kind: str, op: str, args: list[Any], dt: str, shape: tuple
 
         return word(op, args, dt)
     if kind == "const":
-        return dsl.full((shape[0], 1) if op == "col" else shape, args[0], dt)
+        size = (shape[0], 1) if op == "col" else shape
+        if dt in ("int32", "uint32") and abs(args[0]) >= 2**24:     # a memset would round it through fp32
+            from trnsim.compiler.intmath import word_tile
+
+            return word_tile(args[0], size, dt)
+        return dsl.full(size, args[0], dt)
     if kind in _GROUPED:
         return _grouped(dsl, _GROUPED[kind], args[0], op, int(args[1]), dt)
     assert kind == "iota", kind
