@@ -1281,3 +1281,10 @@ def test_float_maxima_and_minima_of_signed_zeros_are_ieee_s() -> None:
     a, b = (m.reshape(4, 16) for m in np.meshgrid(values, values))
     _exact(lambda a, b: (jnp.maximum(a, b), jnp.minimum(a, b), jnp.maximum(a, -0.0), jnp.minimum(a, 0.0),
                          jnp.maximum(0.0, a), jnp.minimum(-0.0, a), jnp.maximum(a, 2.0)), a, b)
+
+
+def test_zero_immediates_keep_their_sign() -> None:
+    """``-0.0`` and ``0.0`` are equal in Python: a constant tile of -0.0 is not the one of +0.0 made before it
+    (a fuzzer found a select of -0.0 storing +0), and ``x - (-0.0)`` is not an identity (it turns -0 into +0)."""
+    x = np.array([0.0, -0.0, 1.5, -2.0] * 16, np.float32).reshape(4, 16)
+    _exact(lambda x: (jnp.where(x > 0, x, 0.0), jnp.where(x < 1, -0.0, x), jnp.sign(x - (-0.0)), jnp.sign(x - 0.0)), x)

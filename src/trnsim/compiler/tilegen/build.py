@@ -169,9 +169,13 @@ def _unchanged(op: str, operands: tuple[Ref, ...], dtype: str) -> Ref | None:
     neutral = _NEUTRAL.get(op) or ((0.0, True) if op == "add" and dtype in INT_RANGE else None)
     if neutral is not None and len(operands) == 2:
         value, either = neutral
-        if operands[1] == ("imm", value):
+
+        def same(r: Ref) -> bool:              # the immediate, its sign too (x - (-0.0) is x + 0: -0 → +0)
+            return r[0] == "imm" and r[1] == value and bool(np.signbit(r[1])) == bool(np.signbit(value))
+
+        if same(operands[1]):
             return operands[0]
-        if either and operands[0] == ("imm", value):
+        if either and same(operands[0]):
             return operands[1]
     if op == "select" and dtype == "i1" and operands[1:] == (("imm", 1.0), ("imm", 0.0)):
         return operands[0]               # the mask itself (0/1 bytes)
@@ -271,7 +275,7 @@ class _Builder:
 
     def const(self, value: float, dtype: str, column: bool = False) -> Ref:
         """A constant tile made once before the loop: as wide as a block, or a ``[rows, 1]`` column."""
-        key = ("const", value, dtype, column)
+        key = ("const", value, bool(np.signbit(value)), dtype, column)    # (-0.0 == 0.0 in Python)
         ref = self.memo.get(key)
         if ref is None:
             ref = self.push(("const", "col" if column else "", (("imm", value),), dtype), "sc" if column else "vec")
