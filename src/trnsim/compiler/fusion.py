@@ -56,13 +56,12 @@ def _exact_only_alone(node: Node, op: str, ranges: Ranges) -> bool:
     """An integer reduction the tile code cannot make exactly in fp32 (a product, or a 32-bit sum or extreme of
     values that may pass 2**24: ``tilegen.ranges``), which the ``int_reduce`` kernel computes as a group of its
     own; fused, the group would keep the analytic cost."""
-    dtype = node.inputs[0].type.dtype
-    if dtype not in ("i8", "ui8", "i16", "ui16", "i32", "ui32"):
-        return False
-    if op == "multiply":
-        return True
-    return dtype in ("i32", "ui32") and op in ("add", "maximum", "minimum") and \
-        not exact(ranges.unwrapped(node) if op == "add" else ranges.of(node.inputs[0]))
+    from trnsim.compiler import intreduce
+
+    kernel_op, dtype = intreduce.COMBINERS.get(op), intreduce.DSL_DTYPE.get(node.inputs[0].type.dtype)
+    if kernel_op is None or dtype not in intreduce.REDUCE_OPS[kernel_op]:
+        return False                        # not a form of the kernel's
+    return op == "multiply" or not exact(ranges.unwrapped(node) if op == "add" else ranges.of(node.inputs[0]))
 
 
 def fuse(graph: Graph, ctx: PassContext) -> Graph:

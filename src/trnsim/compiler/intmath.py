@@ -10,7 +10,13 @@ integers below 2**24, and its bitwise ops (``and``/``or``/``xor``/``shl``/``shr`
 - 32-bit integers are split into two exact 16-bit halves, as the pool and top-k kernels split them: add
   carries from the low halves' sum (``split_add``); max/min compare by the difference of the high halves
   times 2**16 plus that of the low ones, whose fp32 rounding keeps the sign of ``b - a`` (``split_pick``);
-- 16- and 32-bit multiply is schoolbook over byte limbs whose column sums stay below 2**19 (``limb_mul``).
+- 16- and 32-bit multiply is schoolbook over byte limbs whose column sums stay below 2**19 (``limb_mul``);
+- 32-bit division and remainder correct fp32 quotient estimates with the exact forms above
+  (``divide_words``).
+
+The same forms serve the generated tile code's ``word`` steps (``word``: ``tilegen.build.integer_form``
+picks them for 32-bit values that may pass 2**24), whose operands may also be ``[P, 1]`` columns broadcast
+along a tile or numbers (immediates: split into halves and limbs in Python).
 
 A combiner takes ``(a, b, valid, op, dt)``: tiles (or views) ``a`` and ``b`` of the DSL dtype ``dt``, and
 ``valid`` (a number or a ``[P, 1]`` tile, 1.0 where the result is wanted); it returns ``(new, valid)``:
@@ -55,17 +61,15 @@ def op2(x: Any, y: Any, op: str, dtype: str) -> Any:
     return dsl.tensor_tensor(x, y, op, dtype=dtype)
 
 
-def then(x: Any, op0: str, scalar: Any, op1: str, y: Any, dtype: str, middle: str = "int32",
-         reverse1: bool = False) -> Any:
-    """``(x op0 scalar) op1 y`` (``reverse1``: ``y op1 (x op0 scalar)``): one instruction when ``y`` is a
-    number or a per-partition ``[P, 1]`` column as ``x`` is (the scatter kernel's tiles), else an exact
-    intermediate in ``middle`` and a second one (whole tiles, or a column ``x`` broadcast over a tile ``y``)."""
+def then(x: Any, op0: str, scalar: Any, op1: str, y: Any, dtype: str, middle: str = "int32") -> Any:
+    """``(x op0 scalar) op1 y``: one instruction when ``y`` is a number or a per-partition ``[P, 1]`` column as
+    ``x`` is (the scatter kernel's tiles), else an exact intermediate in ``middle`` and a second one (whole
+    tiles, or a column ``x`` broadcast over a tile ``y``)."""
     from trnsim import dsl
 
     if _column(y, x) and (_number(scalar) or scalar.size == scalar.shape[0]):
-        return dsl.tensor_scalar(x, op0, scalar, op1, y, reverse1=reverse1, dtype=dtype)
-    first = op2(x, scalar, op0, middle)
-    return op2(y, first, op1, dtype) if reverse1 else op2(first, y, op1, dtype)
+        return dsl.tensor_scalar(x, op0, scalar, op1, y, dtype=dtype)
+    return op2(op2(x, scalar, op0, middle), y, op1, dtype)
 
 
 def alu(old: Any, values: Any, valid: Any, op: str, dt: str) -> tuple[Any, Any]:
@@ -147,9 +151,10 @@ def split_add(old: Any, values: Any, valid: Any, op: str, dt: str) -> tuple[Any,
 
 
 def compare_words(a: Any, b: Any) -> Any:
-    """An fp32 tile with the sign of ``a - b`` (0 where equal) for 32-bit integers of one type, compared by
-    halves (the shift is arithmetic on the signed value, isa.ops: int32's high half is signed, uint32's
-    unsigned; the low halves are unsigned)::
+    """An fp32 tile with the sign of ``a - b`` (0 where equal) for 32-bit integers, each read as its own
+    tile's type (an int32 remainder against a uint32 divisor: ``_unsigned_divide``), compared by halves (the
+    shift is arithmetic on the signed value, isa.ops: int32's high half is signed, uint32's unsigned; the low
+    halves are unsigned, so each tile is ``high · 2**16 + low`` of its own value)::
 
         h   = (a >> 16) - (b >> 16)               |h| < 2**16, exact (h · 2**16 too)
         l   = (a & 0xFFFF) - (b & 0xFFFF)         |l| < 2**16, exact

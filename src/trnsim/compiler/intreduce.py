@@ -57,7 +57,7 @@ COMBINERS = {"add": "add", "maximum": "max", "minimum": "min", "multiply": "mul"
 # the forms this kernel takes (the others have a kernel: tilegen's reduce, poolgen's pool for 8/16-bit windows)
 WINDOW_OPS: dict[str, frozenset[str]] = {"mul": frozenset(KIND), "add": frozenset({"int32", "uint32"}),
                                          "max": frozenset({"int32", "uint32"}), "min": frozenset({"int32", "uint32"})}
-REDUCE_OPS = WINDOW_OPS
+REDUCE_OPS = WINDOW_OPS      # (reduce over dims: the same combiners and dtypes)
 # instructions of one combine of two tiles (``intmath``: limbs, columns, bytes, ors, carries; halves; select)
 COMBINE_OPS: dict[tuple[str, str], int] = {("mul", "word"): 28, ("mul", "short"): 11, ("mul", "byte"): 2,
                                            ("add", "word"): 7, ("max", "word"): 9, ("min", "word"): 9}

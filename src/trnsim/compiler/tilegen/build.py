@@ -627,11 +627,9 @@ class _Builder:
         if all(exact(r) for r in ins if r is not None) and exact(self.ranges.unwrapped(node)):
             return "fp32"
         bits = (INT_RANGE[out][1] - INT_RANGE[out][0]).bit_length()
-        if op in ("add", "subtract", "negate", "maximum", "minimum", "clamp", "abs"):
-            return "fp32" if bits <= 16 else "word"
         if op == "multiply":
             return "fp32" if bits <= 8 else "word"
-        if op in ("divide", "remainder"):
+        if op in ("add", "subtract", "negate", "maximum", "minimum", "clamp", "abs", "divide", "remainder"):
             return "fp32" if bits <= 16 else "word"
         return "fp32" if bits <= 16 else None
 
